@@ -1,0 +1,113 @@
+// The backend interface (DESIGN §4). A backend declares what it can run; the
+// selector asks. Capability is decided from a PhaseShape, which holds only
+// discrete or bucketed facts so that a decision can be cached by it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "helixmla/dtype.hpp"
+#include "helixmla/environment.hpp"
+#include "helixmla/planner.hpp"
+#include "helixmla/problem.hpp"
+
+namespace helixmla {
+
+struct Verdict {
+  bool ok = true;
+  std::string reason;  // why not (empty when ok), or a note on how it would run
+  static Verdict yes(std::string note = {}) { return {true, std::move(note)}; }
+  static Verdict no(std::string why) { return {false, std::move(why)}; }
+  explicit operator bool() const { return ok; }
+};
+
+enum class MaskKind : std::uint8_t { linear, tree, custom };
+
+// Everything about a phase that can change which backend may or should run it.
+// Batch size enters only as a power-of-two bucket (floor), so backends and
+// performance tables must not depend on finer batch sizes than that.
+struct PhaseShape {
+  PhaseKind phase = PhaseKind::generation;
+  MlaDims dims;
+  std::int32_t num_heads = 0;
+  DType q_dtype = DType::bf16;
+  DType kv_dtype = DType::bf16;
+  DType out_dtype = DType::bf16;
+  std::int32_t page_size = 0;
+  std::int32_t q_len = 1;          // uniform q_len of the phase; 0 when it varies (contexts)
+  std::int32_t max_q_len = 1;      // bucketed (next power of two) for context phases
+  std::int32_t batch_bucket = 1;   // floor power of two of the phase's request count
+  bool batch_has_generations = true;  // of the whole batch, not only this phase
+  bool helix = false;
+  std::int32_t cp_size = 1;
+  bool has_stats = false;
+  bool stats_fp32_contiguous = true;  // stats buffer is float32 [tokens, H, 2]
+  std::int32_t beam_width = 1;
+  MaskKind mask = MaskKind::linear;
+  bool on_device = false;          // tensors are in CUDA device memory
+
+  bool operator==(const PhaseShape&) const = default;
+};
+
+std::size_t hash_value(const PhaseShape& shape);
+std::string describe(const PhaseShape& shape);  // one line, for traces and errors
+std::int32_t batch_bucket_of(std::int64_t requests);
+// Shape of a phase produced by the planner; `whole` is the batch it came from.
+PhaseShape shape_of(const Phase& phase, const Problem& whole);
+
+struct KernelVariant {
+  std::string name;
+  bool precompiled = true;  // false: produced just in time (NVRTC)
+};
+
+// Which concrete kernels a backend has or can produce. `can_implement` is the
+// final word on whether a shape runs; it names the variant that would.
+class KernelCatalog {
+ public:
+  virtual ~KernelCatalog() = default;
+  virtual std::vector<KernelVariant> inventory(const Environment& env) const = 0;
+  virtual Verdict can_implement(const PhaseShape& shape, const Environment& env,
+                                KernelVariant* chosen = nullptr) const = 0;
+};
+
+// Scratch memory a prepared run may use; the size is a query on the backend.
+struct Workspace {
+  void* data = nullptr;
+  std::size_t bytes = 0;
+};
+
+// A run prepared on the host (metadata built and uploaded). `enqueue` only
+// launches work on the stream: no host synchronisation, no allocation, so it
+// may be captured into a CUDA graph and replayed.
+class PreparedRun {
+ public:
+  virtual ~PreparedRun() = default;
+  virtual void enqueue(void* stream) = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+  // Used when the performance table has no entry: higher wins.
+  virtual int priority() const = 0;
+  // Profile-only backends describe another system and are never executed.
+  virtual bool executable() const { return true; }
+  virtual Verdict available(const Environment& env) const = 0;
+  virtual Verdict check(const PhaseShape& shape) const = 0;
+  virtual const KernelCatalog& catalog() const = 0;
+
+  virtual std::size_t workspace_bytes(const Problem& phase) const;
+  // `phase` is a planner part (or a whole single-phase batch) already checked
+  // by the selector. Any upload is enqueued on `stream` before returning.
+  virtual std::unique_ptr<PreparedRun> prepare(const Problem& phase, Workspace workspace,
+                                               void* stream) const;
+};
+
+using BackendPtr = std::shared_ptr<const Backend>;
+
+}  // namespace helixmla

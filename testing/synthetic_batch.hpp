@@ -1,0 +1,63 @@
+// Random batches in host memory for tests, the command-line program and
+// benchmarks. Pages are handed out in a shuffled order so requests never sit
+// in neighbouring pages by accident; unused page-table slots hold -1.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "helixmla/problem.hpp"
+
+namespace helixmla::testing {
+
+struct BatchSpec {
+  MlaDims dims;
+  std::int32_t heads = 16;
+  std::int32_t generations = 4;
+  std::int32_t q_len = 1;                      // of every generation
+  std::vector<std::int32_t> kv_len = {1024};   // per generation, cycled
+  std::int32_t contexts = 0;
+  std::int32_t context_len = 64;               // new tokens (= KV) of each context
+  std::int32_t page_size = 64;
+  DType kv_dtype = DType::bf16;
+  DType q_dtype = DType::bf16;
+  float kv_scale = 1.0f;                       // fp8 KV: value = stored * kv_scale
+  bool stats = false;
+  std::int32_t spare_pages = 3;                // pool pages no request uses
+  std::uint64_t seed = 1;
+  bool allocate_tensors = true;                // false: metadata only, tensor pointers null
+};
+
+// Default Q dtype for a KV dtype: bf16 unless the cache is fp16.
+DType default_q_dtype(DType kv_dtype);
+
+class SyntheticBatch {
+ public:
+  explicit SyntheticBatch(const BatchSpec& spec);
+
+  // View with pointers into this object's host buffers.
+  Problem problem();
+  // Fills outputs and stats with NaN so unwritten elements cannot pass.
+  void poison_outputs();
+
+  const BatchSpec& spec() const { return spec_; }
+  std::int64_t num_tokens() const { return num_tokens_; }
+  std::int64_t num_pages() const { return num_pages_; }
+  std::size_t q_bytes() const { return q_.size(); }
+  std::size_t pool_bytes() const { return pool_.size(); }
+  std::size_t out_bytes() const { return out_.size(); }
+
+  std::vector<std::byte> q_, pool_, out_;
+  std::vector<float> stats_;
+  std::vector<std::int32_t> q_len_, kv_len_, page_table_;
+  std::int32_t page_table_stride_ = 0;
+  float softmax_scale_ = 0.0f;
+
+ private:
+  BatchSpec spec_;
+  std::int64_t num_tokens_ = 0;
+  std::int64_t num_pages_ = 0;
+};
+
+}  // namespace helixmla::testing

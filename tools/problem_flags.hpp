@@ -1,0 +1,38 @@
+// The flags that describe a synthetic batch, shared by `run`, `explain`,
+// `sweep` and `bench`.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "helixmla/backend.hpp"
+#include "synthetic_batch.hpp"
+
+namespace helixmla::tools {
+
+struct ProblemFlags {
+  std::int32_t heads = 128;
+  std::int32_t q_len = 1;
+  std::int32_t batch = 2;                     // generation requests
+  std::vector<std::int32_t> kv_len = {2048};  // one value, or one per generation (cycled)
+  std::int32_t page_size = 64;
+  std::string kv_dtype = "bf16";
+  std::int32_t contexts = 0;
+  std::int32_t context_len = 64;
+  std::uint64_t seed = 1;
+  std::string backend;                        // forced backend; empty = selector
+  bool stats = false;
+};
+
+void add_problem_flags(CLI::App& app, ProblemFlags& flags);
+// Throws CLI::ValidationError naming the flag when a value is out of range.
+testing::BatchSpec to_batch_spec(const ProblemFlags& flags, bool allocate_tensors = true);
+// The phase shapes of the batch the flags describe, as the selector would see
+// them on `env` (tensors on the device when env has a GPU and a CUDA backend),
+// with Helix on when cp > 1 (which implies a float32 stats buffer).
+std::vector<PhaseShape> phase_shapes(const ProblemFlags& flags, const Environment& env, int cp);
+
+}  // namespace helixmla::tools
