@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "device_fill.hpp"
 #include "helixmla/error.hpp"
 
 namespace helixmla::testing {
@@ -84,6 +85,64 @@ void DeviceBatch::download_outputs() {
   check(cudaDeviceSynchronize(), "synchronize before download");
   out_.download(host_.out_.data(), host_.out_.size());
   stats_.download(host_.stats_.data(), host_.stats_.size() * sizeof(float));
+}
+
+namespace {
+BatchSpec metadata_only(BatchSpec spec) {
+  spec.allocate_tensors = false;
+  return spec;
+}
+}  // namespace
+
+DeviceSyntheticBatch::DeviceSyntheticBatch(BatchSpec spec, int device)
+    : meta_(metadata_only(spec)), device_(device) {
+  check(cudaSetDevice(device_), "cudaSetDevice");
+  const auto& s = meta_.spec();
+  const std::int64_t tokens = meta_.num_tokens();
+  const std::int64_t q_count = tokens * s.heads * s.dims.head_dim();
+  const std::int64_t pool_count = meta_.num_pages() * s.page_size * s.dims.head_dim();
+  q_ = DeviceBuffer(static_cast<std::size_t>(q_count) * dtype_size(s.q_dtype));
+  pool_ = DeviceBuffer(static_cast<std::size_t>(pool_count) * dtype_size(s.kv_dtype));
+  out_ = DeviceBuffer(static_cast<std::size_t>(tokens * s.heads * s.dims.kv_lora_rank) * dtype_size(s.q_dtype));
+  if (s.stats) stats_ = DeviceBuffer(static_cast<std::size_t>(tokens * s.heads * 2) * sizeof(float));
+  const float kv_inverse_scale = s.kv_dtype == DType::fp8_e4m3 ? 1.0f / s.kv_scale : 1.0f;
+  fill_random_device(q_.data(), s.q_dtype, q_count, 1.0f, 1.0f, s.seed);
+  fill_random_device(pool_.data(), s.kv_dtype, pool_count, 1.0f, kv_inverse_scale, s.seed + 1);
+  out_.fill_bytes(0xff);
+  if (s.stats) stats_.fill_bytes(0xff);
+  check(cudaDeviceSynchronize(), "fill synthetic batch");
+}
+
+Problem DeviceSyntheticBatch::problem() {
+  Problem p = meta_.problem();
+  p.location = Location::cuda(device_);
+  p.q = q_.data();
+  p.kv.pool = pool_.data();
+  p.out = out_.data();
+  if (meta_.spec().stats) {
+    p.stats.data = static_cast<float*>(stats_.data());
+    p.stats.tokens = meta_.num_tokens();
+    p.stats.heads = meta_.spec().heads;
+    p.stats.width = 2;
+  }
+  return p;
+}
+
+void DeviceSyntheticBatch::poison_outputs(void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  check(cudaMemsetAsync(out_.data(), 0xff, out_.bytes(), s), "poison outputs");
+  if (stats_.bytes()) check(cudaMemsetAsync(stats_.data(), 0xff, stats_.bytes(), s), "poison stats");
+}
+
+void DeviceSyntheticBatch::download(std::vector<std::byte>& q, std::vector<std::byte>& pool,
+                                    std::vector<std::byte>& out) const {
+  check(cudaDeviceSynchronize(), "synchronize before download");
+  q.resize(q_.bytes());
+  pool.resize(pool_.bytes());
+  out.resize(out_.bytes());
+  q_.download(q.data(), q.size());
+  pool_.download(pool.data(), pool.size());
+  out_.download(out.data(), out.size());
 }
 
 }  // namespace helixmla::testing

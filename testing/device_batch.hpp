@@ -5,6 +5,7 @@
 #if defined(HELIXMLA_WITH_CUDA)
 
 #include <cstddef>
+#include <vector>
 
 #include "synthetic_batch.hpp"
 
@@ -47,6 +48,25 @@ class DeviceBatch {
 
  private:
   SyntheticBatch& host_;
+  int device_;
+  DeviceBuffer q_, pool_, out_, stats_;
+};
+
+// A batch whose tensors are drawn directly on the device (for benchmarks of
+// gigabyte-sized caches); the metadata is a metadata-only SyntheticBatch.
+class DeviceSyntheticBatch {
+ public:
+  DeviceSyntheticBatch(BatchSpec spec, int device = 0);
+  Problem problem();
+  const SyntheticBatch& metadata() const { return meta_; }
+  // NaN-fills the outputs and stats on `stream` (a cudaStream_t).
+  void poison_outputs(void* stream);
+  // Host copies of the device tensors, for checking against the reference.
+  void download(std::vector<std::byte>& q, std::vector<std::byte>& pool, std::vector<std::byte>& out) const;
+  std::size_t device_bytes() const { return q_.bytes() + pool_.bytes() + out_.bytes() + stats_.bytes(); }
+
+ private:
+  SyntheticBatch meta_;
   int device_;
   DeviceBuffer q_, pool_, out_, stats_;
 };

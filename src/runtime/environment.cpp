@@ -1,0 +1,77 @@
+#include "helixmla/environment.hpp"
+
+#include <cctype>
+#include <cstdlib>
+#include <string>
+
+#if defined(HELIXMLA_WITH_CUDA)
+#include <cuda_runtime.h>
+#include <nvrtc.h>
+#endif
+
+namespace helixmla {
+
+std::string_view to_string(Arch arch) {
+  switch (arch) {
+    case Arch::none: return "none";
+    case Arch::sm80: return "sm80";
+    case Arch::sm86: return "sm86";
+    case Arch::sm89: return "sm89";
+    case Arch::sm90: return "sm90";
+    case Arch::sm100: return "sm100";
+    case Arch::sm103: return "sm103";
+    case Arch::sm120: return "sm120";
+  }
+  return "unknown";
+}
+
+std::optional<Arch> parse_arch(std::string_view name) {
+  std::string digits;
+  for (char c : name) {
+    if (std::isdigit(static_cast<unsigned char>(c))) digits += c;
+  }
+  if (name == "none" || name == "cpu") return Arch::none;
+  for (Arch arch : kAllArchs) {
+    if (arch != Arch::none && to_string(arch).substr(2) == digits) return arch;
+  }
+  return std::nullopt;
+}
+
+Arch arch_from_compute_capability(int major, int minor) {
+  const int cc = major * 10 + minor;
+  if (cc >= 120) return Arch::sm120;
+  if (cc >= 103) return Arch::sm103;
+  if (cc >= 100) return Arch::sm100;
+  if (cc >= 90) return Arch::sm90;
+  if (cc >= 89) return Arch::sm89;
+  if (cc >= 86) return Arch::sm86;
+  if (cc >= 80) return Arch::sm80;
+  return Arch::none;  // older GPUs are below every CUDA backend's floor
+}
+
+Environment Environment::detect() {
+  Environment env;
+  env.built_backends.insert("cpu");
+#if defined(HELIXMLA_WITH_CUDA)
+  env.built_backends.insert("cuda_generic");
+  env.built_backends.insert("cuda_tensorcore");
+  int major = 0, minor = 0;
+  env.nvrtc = nvrtcVersion(&major, &minor) == NVRTC_SUCCESS;
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    cudaGetLastError();  // no driver or no GPU: a CPU-only environment
+    return env;
+  }
+  env.device_count = count;
+  if (const char* chosen = std::getenv("HELIXMLA_DEVICE")) env.device = std::atoi(chosen);
+  if (env.device < 0 || env.device >= count) env.device = 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, env.device) == cudaSuccess) {
+    env.arch = arch_from_compute_capability(prop.major, prop.minor);
+    env.sm_count = prop.multiProcessorCount;
+  }
+#endif
+  return env;
+}
+
+}  // namespace helixmla

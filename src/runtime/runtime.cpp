@@ -1,0 +1,115 @@
+#include "helixmla/runtime.hpp"
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "helixmla/error.hpp"
+#include "helixmla/planner.hpp"
+#include "helixmla/validate.hpp"
+
+namespace helixmla {
+
+namespace {
+
+constexpr std::size_t kWorkspaceAlignment = 256;
+
+std::size_t align_up(std::size_t bytes) {
+  return (bytes + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;
+}
+
+// The measured table for this architecture: $HELIXMLA_PERF_TABLE, else the one
+// shipped in the source tree or the install tree; none when absent.
+PerfTable load_perf_table(const RuntimeOptions& options, const Environment& env) {
+  std::string path = options.perf_table_path;
+  if (path.empty()) {
+    if (const char* from_env = std::getenv("HELIXMLA_PERF_TABLE")) path = from_env;
+  }
+  if (path.empty() && env.has_gpu()) {
+    const std::string file = "perf/" + std::string(to_string(env.arch)) + ".json";
+    for (const std::string dir : {std::string(HELIXMLA_SOURCE_DIR) + "/data", std::string(HELIXMLA_DATA_DIR) + "/data"}) {
+      if (std::filesystem::exists(dir + "/" + file)) {
+        path = dir + "/" + file;
+        break;
+      }
+    }
+  }
+  return path.empty() ? PerfTable{} : PerfTable::load(path);
+}
+
+class CompositeRun final : public PreparedRun {
+ public:
+  void add(std::unique_ptr<PreparedRun> run) { runs_.push_back(std::move(run)); }
+  void enqueue(void* stream) override {
+    for (auto& run : runs_) run->enqueue(stream);
+  }
+
+ private:
+  std::vector<std::unique_ptr<PreparedRun>> runs_;
+};
+
+}  // namespace
+
+Runtime::Runtime(RuntimeOptions options)
+    : options_(std::move(options)),
+      selector_(options_.backends.empty() ? builtin_backends() : options_.backends,
+                options_.environment ? *options_.environment : Environment::detect(),
+                PerfTable{}) {
+  PerfTable table = load_perf_table(options_, selector_.environment());
+  if (!table.empty()) selector_ = Selector(selector_.backends(), selector_.environment(), std::move(table));
+}
+
+Selection Runtime::select(const Problem& problem) const {
+  validate(problem);
+  const PhasePlan plan = plan_phases(problem);
+  Selection selection;
+  if (plan.context) selection.context = selector_.select(shape_of(*plan.context, problem), options_.forced_backend);
+  if (plan.generation) {
+    selection.generation = selector_.select(shape_of(*plan.generation, problem), options_.forced_backend);
+  }
+  return selection;
+}
+
+std::size_t Runtime::workspace_bytes(const Problem& problem) const {
+  const Selection selection = select(problem);
+  const PhasePlan plan = plan_phases(problem);
+  std::size_t total = 0;
+  if (plan.context) total += align_up(selection.context->backend->workspace_bytes(plan.context->problem));
+  if (plan.generation) {
+    total += align_up(selection.generation->backend->workspace_bytes(plan.generation->problem));
+  }
+  return total;
+}
+
+std::unique_ptr<PreparedRun> Runtime::prepare(const Problem& problem, Workspace workspace,
+                                              void* stream) const {
+  const Selection selection = select(problem);
+  const PhasePlan plan = plan_phases(problem);
+  auto composite = std::make_unique<CompositeRun>();
+  auto* cursor = static_cast<unsigned char*>(workspace.data);
+  std::size_t left = workspace.bytes;
+  for (const auto& [phase, decision] :
+       {std::pair{&plan.context, &selection.context}, std::pair{&plan.generation, &selection.generation}}) {
+    if (!*phase) continue;
+    const Backend& backend = *(*decision)->backend;
+    if (!backend.executable()) {
+      throw NoCapableBackend("backend " + std::string(backend.name()) +
+                             " is described by a profile and cannot be executed");
+    }
+    Workspace part;
+    if (cursor) {
+      const std::size_t need = align_up(backend.workspace_bytes((*phase)->problem));
+      if (need > left) {
+        throw InvalidArgument("workspace.bytes", -1, std::to_string(workspace.bytes),
+                              "smaller than workspace_bytes() of this batch");
+      }
+      part = {cursor, need};
+      cursor += need;
+      left -= need;
+    }
+    composite->add(backend.prepare((*phase)->problem, part, stream));
+  }
+  return composite;
+}
+
+}  // namespace helixmla

@@ -1,0 +1,113 @@
+#if defined(HELIXMLA_WITH_CUDA)
+
+#include "bench_case_runner.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "compare.hpp"
+#include "device_batch.hpp"
+#include "helixmla/reference.hpp"
+
+namespace helixmla::tools {
+
+namespace {
+
+constexpr std::size_t kMaxRotationBytes = std::size_t{48} << 30;
+constexpr int kMaxRotations = 4;
+constexpr std::int32_t kCheckedRequests = 2;
+
+// Float64 reference of the first requests of a downloaded batch, compared
+// with the same rows of the device output.
+double check_first_requests(testing::DeviceSyntheticBatch& batch) {
+  std::vector<std::byte> q, pool, out;
+  batch.download(q, pool, out);
+  Problem p = batch.problem();
+  const std::int32_t k = std::min(kCheckedRequests, p.num_requests());
+  p.location = Location::host();
+  p.q = q.data();
+  p.kv.pool = pool.data();
+  p.q_len = p.q_len.subspan(0, k);
+  p.kv_len = p.kv_len.subspan(0, k);
+  p.page_table = p.page_table.subspan(0, static_cast<std::size_t>(k) * p.page_table_stride);
+  p.stats = {};
+  const std::int64_t values = p.num_tokens() * p.num_heads * p.dims.kv_lora_rank;
+  std::vector<std::byte> expected(static_cast<std::size_t>(values) * dtype_size(p.out_dtype));
+  p.out = expected.data();
+  reference_attention(p);
+  std::vector<double> reference(static_cast<std::size_t>(values));
+  for (std::int64_t i = 0; i < values; ++i) reference[i] = load_as_float(expected.data(), p.out_dtype, i);
+  const testing::Comparison c = testing::compare(out.data(), p.out_dtype, reference);
+  return c.non_finite ? std::numeric_limits<double>::infinity() : c.rel_l2_err;
+}
+
+}  // namespace
+
+CaseRunner::CaseRunner(std::string forced_backend)
+    : forced_(std::move(forced_backend)), env_(Environment::detect()) {
+  const Environment& env = env_;
+  if (!env.has_gpu()) throw RuntimeFailure("no CUDA GPU found: benchmarks need one");
+  cuda_ok(cudaSetDevice(env.device), "cudaSetDevice");
+  cudaDeviceProp prop{};
+  cuda_ok(cudaGetDeviceProperties(&prop, env.device), "cudaGetDeviceProperties");
+  device_name_ = prop.name;
+  l2_bytes_ = static_cast<std::size_t>(prop.l2CacheSize);
+  cuda_ok(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+}
+
+CaseRunner::~CaseRunner() {
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+const Runtime& CaseRunner::runtime_for(const std::string& backend) {
+  auto& slot = runtimes_[backend];
+  if (!slot) {
+    RuntimeOptions options;
+    options.forced_backend = backend;
+    options.environment = env_;
+    slot = std::make_unique<Runtime>(options);
+  }
+  return *slot;
+}
+
+CaseResult CaseRunner::run(const BenchCase& c, int iterations, bool graphs, bool verify, const std::string& backend) {
+  const Runtime& runtime = runtime_for(backend.empty() ? forced_ : backend);
+  std::vector<std::unique_ptr<testing::DeviceSyntheticBatch>> batches;
+  batches.push_back(std::make_unique<testing::DeviceSyntheticBatch>(batch_spec_of(c, 1), env_.device));
+  const std::size_t one = batches.front()->device_bytes();
+  const std::size_t wanted = std::clamp<std::size_t>((3 * l2_bytes_ + one - 1) / std::max<std::size_t>(one, 1), 1,
+                                                     std::min<std::size_t>(kMaxRotations, kMaxRotationBytes / one));
+  while (batches.size() < wanted) {
+    batches.push_back(std::make_unique<testing::DeviceSyntheticBatch>(batch_spec_of(c, 1 + batches.size()),
+                                                                      env_.device));
+  }
+
+  CaseResult result;
+  std::vector<testing::DeviceBuffer> workspaces;
+  std::vector<std::unique_ptr<PreparedRun>> prepared;
+  std::vector<PreparedRun*> runs;
+  for (auto& batch : batches) {
+    const Problem problem = batch->problem();
+    if (result.backend.empty()) result.backend = runtime.select(problem).generation->choice;
+    workspaces.emplace_back(runtime.workspace_bytes(problem));
+    prepared.push_back(runtime.prepare(problem, {workspaces.back().data(), workspaces.back().bytes()}, stream_));
+    runs.push_back(prepared.back().get());
+  }
+  cuda_ok(cudaStreamSynchronize(stream_), "upload metadata");
+  result.timing = time_runs(runs, stream_, 5, iterations, graphs);
+  if (verify) {
+    // The timed runs overwrote the outputs; rerun the first batch once more
+    // after poisoning so that only this run's writes are checked.
+    batches.front()->poison_outputs(stream_);
+    runs.front()->enqueue(stream_);
+    cuda_ok(cudaStreamSynchronize(stream_), "verification run");
+    result.rel_l2_err = check_first_requests(*batches.front());
+    result.correct = result.rel_l2_err <= (c.kv_dtype == DType::fp8_e4m3 ? 3e-2 : 1e-2);
+  }
+  return result;
+}
+
+}  // namespace helixmla::tools
+
+#endif

@@ -1,0 +1,53 @@
+// Runs one benchmark case on the GPU: device-drawn inputs rotated past the
+// L2 cache, the runtime's (or a forced) backend, timing, and a check of the
+// first requests against the float64 reference.
+#pragma once
+
+#if defined(HELIXMLA_WITH_CUDA)
+
+#include <cuda_runtime.h>
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "bench_suite.hpp"
+#include "gpu_measure.hpp"
+#include "helixmla/runtime.hpp"
+
+namespace helixmla::tools {
+
+struct CaseResult {
+  std::string backend;
+  Timing timing;
+  double rel_l2_err = 0.0;
+  bool correct = false;
+};
+
+class CaseRunner {
+ public:
+  explicit CaseRunner(std::string forced_backend = {});
+  ~CaseRunner();
+  CaseRunner(const CaseRunner&) = delete;
+  CaseRunner& operator=(const CaseRunner&) = delete;
+
+  // `backend` overrides the runner's forced backend for this case.
+  CaseResult run(const BenchCase& c, int iterations, bool graphs, bool verify, const std::string& backend = {});
+  cudaStream_t stream() const { return stream_; }
+  const std::string& device_name() const { return device_name_; }
+  const Environment& environment() const { return env_; }
+
+ private:
+  const Runtime& runtime_for(const std::string& backend);
+
+  std::string forced_;
+  Environment env_;
+  cudaStream_t stream_ = nullptr;
+  std::string device_name_;
+  std::size_t l2_bytes_ = 0;
+  std::map<std::string, std::unique_ptr<Runtime>> runtimes_;
+};
+
+}  // namespace helixmla::tools
+
+#endif

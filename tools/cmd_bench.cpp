@@ -1,0 +1,132 @@
+// `helixmla bench --suite FILE`: each case's median time, bandwidth and
+// arithmetic rate against the copy bandwidth and bf16 matrix rate measured in
+// the same run (DESIGN §7), each case checked against the float64 reference.
+#include <fmt/format.h>
+
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "bench_suite.hpp"
+#include "commands.hpp"
+#include "helixmla/error.hpp"
+
+#if defined(HELIXMLA_WITH_CUDA)
+#include "bench_case_runner.hpp"
+#include "gpu_measure.hpp"
+#endif
+
+namespace helixmla::tools {
+
+namespace {
+
+struct BenchFlags {
+  std::string suite = std::string(HELIXMLA_SOURCE_DIR) + "/bench/mla-decode-v1.csv";
+  std::vector<int> cases;
+  std::string backend;
+  int iterations = 50;
+  bool graphs = true;
+  bool verify = true;
+  std::string json_path;
+  std::string plot_path;
+};
+
+// Bars of each case's share of the copy bandwidth and of the matrix rate.
+void write_plot(const std::string& path, const nlohmann::json& rows) {
+  const int bar = 18, gap = 10, left = 60, height = 320;
+  const int width = left + static_cast<int>(rows.size()) * (2 * bar + gap) + 20;
+  std::ofstream svg(path);
+  svg << fmt::format("<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{}' font-family='sans-serif' font-size='11'>\n",
+                     width, height + 60);
+  svg << fmt::format("<text x='{}' y='14'>helixmla bench: % of copy bandwidth (blue) and of bf16 matrix rate (orange)</text>\n", left);
+  for (int pct = 0; pct <= 100; pct += 25) {
+    const int y = 30 + height - pct * height / 100;
+    svg << fmt::format("<line x1='{}' x2='{}' y1='{}' y2='{}' stroke='#ddd'/><text x='20' y='{}'>{}%</text>\n", left,
+                       width - 10, y, y, y + 4, pct);
+  }
+  int x = left + 5;
+  for (const auto& row : rows) {
+    const double bw = std::min(100.0, row["pct_copy"].get<double>());
+    const double mm = std::min(100.0, row["pct_matrix"].get<double>());
+    const int hb = static_cast<int>(bw * height / 100), hm = static_cast<int>(mm * height / 100);
+    svg << fmt::format("<rect x='{}' y='{}' width='{}' height='{}' fill='#3b75af'/>\n", x, 30 + height - hb, bar, hb);
+    svg << fmt::format("<rect x='{}' y='{}' width='{}' height='{}' fill='#ef8636'/>\n", x + bar, 30 + height - hm, bar, hm);
+    svg << fmt::format("<text x='{}' y='{}'>{}</text>\n", x + bar - 4, height + 48, row["case"].get<int>());
+    x += 2 * bar + gap;
+  }
+  svg << "</svg>\n";
+}
+
+int run_bench(const BenchFlags& flags) {
+#if defined(HELIXMLA_WITH_CUDA)
+  std::vector<BenchCase> cases = load_suite(flags.suite);
+  CaseRunner runner(flags.backend);
+  std::cerr << "measuring the device's copy bandwidth and bf16 matrix rate...\n";
+  const Ceilings ceilings = measure_ceilings(runner.stream());
+  std::cout << fmt::format("device: {}  copy {:.0f} GB/s  bf16 matrix {:.0f} TFLOP/s\n", runner.device_name(),
+                           ceilings.copy_gbs, ceilings.bf16_tflops);
+  std::cout << fmt::format("{:>4} {:>5} {:>3} {:>5} {:>7} {:>5} {:>5} {:<30} {:>9} {:>8} {:>8} {:>6} {:>6} {:>9} {}\n", "case",
+                           "heads", "q", "batch", "kv", "page", "kv", "backend", "us", "GB/s", "TFLOP/s", "%copy",
+                           "%mma", "rel_l2", "ok");
+  nlohmann::json rows = nlohmann::json::array();
+  bool all_ok = true;
+  for (const BenchCase& c : cases) {
+    if (!flags.cases.empty() && std::find(flags.cases.begin(), flags.cases.end(), c.id) == flags.cases.end()) continue;
+    std::cerr << fmt::format("case {} ({})...\n", c.id, c.note);
+    const CaseResult r = runner.run(c, flags.iterations, flags.graphs, flags.verify);
+    const CaseCost cost = cost_of(c);
+    const double gbs = cost.bytes / (r.timing.median_us * 1e3);
+    const double tflops = cost.flops / (r.timing.median_us * 1e6);
+    const bool ok = !flags.verify || r.correct;
+    all_ok = all_ok && ok;
+    const std::string kv = c.kv_len.size() > 1 && c.kv_len[0] != c.kv_len[1] ? "var" : std::to_string(c.kv_len[0]);
+    std::cout << fmt::format("{:>4} {:>5} {:>3} {:>5} {:>7} {:>5} {:>5} {:<30} {:>9.1f} {:>8.0f} {:>8.1f} {:>6.1f} {:>6.1f} {:>9.2e} {}\n",
+                             c.id, c.heads, c.q_len, c.batch, kv, c.page_size, to_string(c.kv_dtype), r.backend,
+                             r.timing.median_us, gbs, tflops, 100.0 * gbs / ceilings.copy_gbs,
+                             100.0 * tflops / ceilings.bf16_tflops, r.rel_l2_err, ok ? "yes" : "NO");
+    rows.push_back({{"case", c.id}, {"backend", r.backend}, {"median_us", r.timing.median_us},
+                    {"min_us", r.timing.min_us}, {"max_us", r.timing.max_us}, {"gb_per_s", gbs},
+                    {"tflop_per_s", tflops}, {"pct_copy", 100.0 * gbs / ceilings.copy_gbs},
+                    {"pct_matrix", 100.0 * tflops / ceilings.bf16_tflops}, {"rel_l2_err", r.rel_l2_err},
+                    {"correct", ok}});
+  }
+  const nlohmann::json report = {{"device", runner.device_name()},
+                                 {"copy_gb_per_s", ceilings.copy_gbs},
+                                 {"bf16_tflop_per_s", ceilings.bf16_tflops},
+                                 {"graphs", flags.graphs},
+                                 {"iterations", flags.iterations},
+                                 {"cases", rows}};
+  if (!flags.json_path.empty()) std::ofstream(flags.json_path) << report.dump(2) << "\n";
+  if (!flags.plot_path.empty()) write_plot(flags.plot_path, rows);
+  return all_ok ? 0 : 1;
+#else
+  (void)flags;
+  std::cerr << "helixmla bench: this build has no CUDA backends; the suite is sized for a GPU\n";
+  return 1;
+#endif
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto flags = std::make_shared<BenchFlags>();
+  CLI::App* cmd = app.add_subcommand("bench", "Time a benchmark suite on the GPU (DESIGN §7) and check every case");
+  cmd->add_option("--suite", flags->suite, "Suite CSV (case,heads,q_len,batch,kv_len,page_size,kv_dtype,note)")
+      ->capture_default_str();
+  cmd->add_option("--cases", flags->cases, "Only these case ids, e.g. 1,4,8")->delimiter(',');
+  cmd->add_option("--backend", flags->backend, "Force a backend instead of the selector's choice");
+  cmd->add_option("--iterations", flags->iterations, "Timed iterations per case (median reported)")
+      ->capture_default_str()->check(CLI::Range(1, 100000));
+  cmd->add_flag("!--no-graphs", flags->graphs, "Launch directly instead of replaying CUDA graphs");
+  cmd->add_flag("!--no-verify", flags->verify, "Skip the check against the float64 reference");
+  cmd->add_option("--json", flags->json_path, "Also write the results as JSON to this file");
+  cmd->add_option("--plot", flags->plot_path, "Also write an SVG bar chart to this file");
+  cmd->callback([flags] {
+    if (const int code = run_bench(*flags); code != 0) throw CLI::RuntimeError(code);
+  });
+}
+
+}  // namespace helixmla::tools

@@ -1,0 +1,145 @@
+// `helixmla run`: build a synthetic batch, run it through the runtime on the
+// chosen backend, and check it against an independent float64 computation.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "compare.hpp"
+#include "helix_run.hpp"
+#include "helixmla/runtime.hpp"
+#include "naive_attention.hpp"
+#include "problem_flags.hpp"
+
+#if defined(HELIXMLA_WITH_CUDA)
+#include <cuda_runtime.h>
+
+#include "device_batch.hpp"
+#include "gpu_measure.hpp"
+#endif
+
+namespace helixmla::tools {
+
+namespace {
+
+struct RunFlags {
+  ProblemFlags problem;
+  int cp = 1;
+  std::vector<int> devices;
+  int repeat = 3;
+  bool json = false;
+};
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+std::string describe_choice(const Selection& selection) {
+  if (selection.context && selection.generation) {
+    return "context:" + selection.context->choice + ",generation:" + selection.generation->choice;
+  }
+  return selection.context ? selection.context->choice : selection.generation->choice;
+}
+
+// Median wall time of `repeat` synchronous host runs.
+double time_host(PreparedRun& run, int repeat) {
+  std::vector<double> times;
+  for (int i = 0; i < repeat; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    run.enqueue(nullptr);
+    times.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+  }
+  return median(times);
+}
+
+int run_single(const RunFlags& flags) {
+  testing::SyntheticBatch batch(to_batch_spec(flags.problem));
+  RuntimeOptions options;
+  options.forced_backend = flags.problem.backend;
+  Runtime runtime(options);
+  const Environment& env = runtime.selector().environment();
+  const bool on_device = env.has_gpu() && flags.problem.backend != "cpu";
+
+  double time_us = 0.0;
+  std::string backend;
+#if defined(HELIXMLA_WITH_CUDA)
+  if (on_device) {
+    testing::DeviceBatch device_batch(batch, env.device);
+    const Problem problem = device_batch.problem();
+    backend = describe_choice(runtime.select(problem));
+    cudaStream_t stream;
+    cuda_ok(cudaStreamCreate(&stream), "cudaStreamCreate");
+    testing::DeviceBuffer workspace(runtime.workspace_bytes(problem));
+    auto run = runtime.prepare(problem, {workspace.data(), workspace.bytes()}, stream);
+    time_us = time_runs({run.get()}, stream, 1, flags.repeat, false).median_us;
+    device_batch.poison_outputs();
+    run->enqueue(stream);
+    cuda_ok(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    device_batch.download_outputs();
+    cudaStreamDestroy(stream);
+  }
+#endif
+  if (!on_device) {
+    const Problem problem = batch.problem();
+    backend = describe_choice(runtime.select(problem));
+    auto run = runtime.prepare(problem, {}, nullptr);
+    time_us = time_host(*run, flags.repeat);
+    batch.poison_outputs();
+    run->enqueue(nullptr);
+  }
+
+  const testing::NaiveResult expected = testing::naive_attention(batch.problem());
+  const testing::Comparison error = testing::compare(batch.out_.data(), batch.spec().q_dtype, expected.out);
+  const double tolerance = batch.spec().kv_dtype == DType::fp8_e4m3 ? 3e-2 : 1e-2;
+  const bool pass = error.within(tolerance);
+
+  if (flags.json) {
+    nlohmann::json out = {{"backend", backend},         {"time_us", time_us},
+                          {"max_abs_err", error.max_abs_err}, {"rel_l2_err", error.rel_l2_err},
+                          {"non_finite", error.non_finite},   {"pass", pass},
+                          {"device", on_device ? "cuda" : "cpu"}, {"tokens", batch.num_tokens()}};
+    std::cout << out.dump() << "\n";
+  } else {
+    const auto& spec = batch.spec();
+    std::cout << fmt::format("helixmla run: {} heads, {} generations x q_len {}, {} contexts, page {}, kv {} on {}\n",
+                             spec.heads, spec.generations, spec.q_len, spec.contexts, spec.page_size,
+                             to_string(spec.kv_dtype), on_device ? "the GPU" : "the CPU");
+    std::cout << fmt::format("{:<40} {:>12} {:>12} {:>12}\n", "backend", "time_us", "max_abs_err", "rel_l2_err");
+    std::cout << fmt::format("{:<40} {:>12.1f} {:>12.3e} {:>12.3e}\n", backend, time_us, error.max_abs_err,
+                             error.rel_l2_err);
+    std::cout << fmt::format("result: {} (relative L2 tolerance {:.0e}{})\n", pass ? "PASS" : "FAIL", tolerance,
+                             error.non_finite ? fmt::format(", {} non-finite outputs", error.non_finite) : "");
+  }
+  return pass ? 0 : 1;
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app) {
+  auto flags = std::make_shared<RunFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "run", "Run a synthetic batch on a backend and check it against an independent float64 computation");
+  add_problem_flags(*cmd, flags->problem);
+  cmd->add_option("--cp", flags->cp, "Helix context-parallel ranks (>1 splits the KV over ranks)")
+      ->capture_default_str()->check(CLI::Range(1, 64));
+  cmd->add_option("--devices", flags->devices, "GPUs for Helix ranks through NCCL, e.g. 0,1 (default: in-process)")
+      ->delimiter(',');
+  cmd->add_option("--repeat", flags->repeat, "Timed repetitions (the median is reported)")
+      ->capture_default_str()->check(CLI::Range(1, 100000));
+  cmd->add_flag("--json", flags->json, "Print one JSON object instead of the table");
+  cmd->callback([flags] {
+    const int code = flags->cp > 1 || !flags->devices.empty()
+                         ? run_helix_command(flags->problem, flags->cp, flags->devices, flags->json)
+                         : run_single(*flags);
+    if (code != 0) throw CLI::RuntimeError(code);
+  });
+}
+
+}  // namespace helixmla::tools

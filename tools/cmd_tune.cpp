@@ -1,0 +1,123 @@
+// `helixmla tune`: measures every capable backend over the suite and a grid
+// of shapes and writes the performance table the selector loads.
+#include <fmt/format.h>
+
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench_suite.hpp"
+#include "commands.hpp"
+#include "helixmla/perf_table.hpp"
+#include "helixmla/planner.hpp"
+
+#if defined(HELIXMLA_WITH_CUDA)
+#include "bench_case_runner.hpp"
+#endif
+
+namespace helixmla::tools {
+
+namespace {
+
+struct TuneFlags {
+  std::string suite = std::string(HELIXMLA_SOURCE_DIR) + "/bench/mla-decode-v1.csv";
+  std::string out;
+  std::vector<int> heads = {16, 32, 48, 64, 96, 128};
+  std::vector<int> q_lens = {1, 2, 4};
+  std::vector<int> page_sizes = {16, 32, 64, 128};
+  std::vector<int> batches = {1, 8, 64};
+  std::vector<std::string> kv_dtypes = {"bf16", "fp8"};
+  int kv_len = 4096;
+  int iterations = 20;
+};
+
+std::vector<BenchCase> tuning_grid(const TuneFlags& flags) {
+  std::vector<BenchCase> grid = load_suite(flags.suite);
+  int id = 1000;
+  for (int h : flags.heads)
+    for (int q : flags.q_lens)
+      for (int p : flags.page_sizes)
+        for (int b : flags.batches)
+          for (const auto& d : flags.kv_dtypes) {
+            BenchCase c;
+            c.id = id++;
+            c.heads = h;
+            c.q_len = q;
+            c.batch = b;
+            c.kv_len.assign(static_cast<std::size_t>(b), flags.kv_len);
+            c.page_size = p;
+            c.kv_dtype = *parse_dtype(d);
+            grid.push_back(c);
+          }
+  return grid;
+}
+
+#if defined(HELIXMLA_WITH_CUDA)
+PhaseShape generation_shape(const BenchCase& c) {
+  testing::BatchSpec spec = batch_spec_of(c, 1);
+  spec.allocate_tensors = false;
+  testing::SyntheticBatch batch(spec);
+  const Problem problem = batch.problem();
+  PhaseShape shape = shape_of(*plan_phases(problem).generation, problem);
+  shape.on_device = true;
+  return shape;
+}
+#endif
+
+int run_tune(const TuneFlags& flags) {
+#if defined(HELIXMLA_WITH_CUDA)
+  CaseRunner runner;
+  const Environment& env = runner.environment();
+  const std::string out = flags.out.empty()
+                              ? std::string(HELIXMLA_SOURCE_DIR) + "/data/perf/" + std::string(to_string(env.arch)) + ".json"
+                              : flags.out;
+  const Selector selector(builtin_backends(), env);
+  const std::vector<BenchCase> grid = tuning_grid(flags);
+  PerfTable table;
+  std::size_t done = 0;
+  for (const BenchCase& c : grid) {
+    const PhaseShape shape = generation_shape(c);
+    const Decision decision = selector.select_uncached(shape);
+    for (const Candidate& candidate : decision.candidates) {
+      if (!candidate.capable || candidate.backend == "cpu") continue;
+      const CaseResult r = runner.run(c, flags.iterations, true, false, candidate.backend);
+      table.record(PerfKey::of(shape, env.arch), candidate.backend, r.timing.median_us);
+    }
+    if (++done % 20 == 0 || done == grid.size()) {
+      std::cerr << fmt::format("tune: {}/{} shapes measured\n", done, grid.size());
+    }
+  }
+  table.save(out);
+  std::cout << fmt::format("tune: wrote {} entries to {}\n", table.size(), out);
+  return 0;
+#else
+  (void)flags;
+  std::cerr << "helixmla tune: this build has no CUDA backends to measure\n";
+  return 1;
+#endif
+}
+
+}  // namespace
+
+void add_tune_command(CLI::App& app) {
+  auto flags = std::make_shared<TuneFlags>();
+  CLI::App* cmd = app.add_subcommand("tune", "Measure the capable backends and write the selector's performance table");
+  cmd->add_option("--suite", flags->suite, "Suite CSV measured in addition to the grid")->capture_default_str();
+  cmd->add_option("--out", flags->out, "Table to write (default: data/perf/<arch>.json in the source tree)");
+  cmd->add_option("--heads", flags->heads, "Grid: head counts")->delimiter(',')->capture_default_str();
+  cmd->add_option("--q-lens", flags->q_lens, "Grid: q_len values")->delimiter(',')->capture_default_str();
+  cmd->add_option("--page-sizes", flags->page_sizes, "Grid: page sizes")->delimiter(',')->capture_default_str();
+  cmd->add_option("--batches", flags->batches, "Grid: batch sizes")->delimiter(',')->capture_default_str();
+  cmd->add_option("--kv-dtypes", flags->kv_dtypes, "Grid: KV dtypes")->delimiter(',')->capture_default_str()
+      ->check(CLI::IsMember({"bf16", "fp16", "fp8"}));
+  cmd->add_option("--kv-len", flags->kv_len, "Grid: cached tokens per request")->capture_default_str()
+      ->check(CLI::Range(1, 1 << 24));
+  cmd->add_option("--iterations", flags->iterations, "Timed iterations per measurement")->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  cmd->callback([flags] {
+    if (const int code = run_tune(*flags); code != 0) throw CLI::RuntimeError(code);
+  });
+}
+
+}  // namespace helixmla::tools

@@ -1,0 +1,114 @@
+#if defined(HELIXMLA_WITH_CUDA)
+
+#include "gpu_measure.hpp"
+
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <string>
+
+#include "device_batch.hpp"
+#include "device_fill.hpp"
+#include "helixmla/error.hpp"
+
+namespace helixmla::tools {
+
+void cuda_ok(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) throw RuntimeFailure(std::string(what) + ": " + cudaGetErrorString(status));
+}
+
+namespace {
+
+// Sorted per-iteration times in microseconds of `body`, after `warmup` calls.
+template <typename Body>
+std::vector<double> event_times_us(cudaStream_t stream, int warmup, int iterations, Body body) {
+  cudaEvent_t start, stop;
+  cuda_ok(cudaEventCreate(&start), "cudaEventCreate");
+  cuda_ok(cudaEventCreate(&stop), "cudaEventCreate");
+  for (int i = 0; i < warmup; ++i) body(i);
+  std::vector<double> times;
+  for (int i = 0; i < iterations; ++i) {
+    cuda_ok(cudaEventRecord(start, stream), "cudaEventRecord");
+    body(i);
+    cuda_ok(cudaEventRecord(stop, stream), "cudaEventRecord");
+    cuda_ok(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float ms = 0.0f;
+    cuda_ok(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    times.push_back(ms * 1000.0);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(times.begin(), times.end());
+  return times;
+}
+
+template <typename Body>
+double median_event_us(cudaStream_t stream, int warmup, int iterations, Body body) {
+  const auto times = event_times_us(stream, warmup, iterations, body);
+  return times[times.size() / 2];
+}
+
+}  // namespace
+
+Ceilings measure_ceilings(cudaStream_t stream) {
+  Ceilings c;
+  constexpr std::size_t kCopyBytes = std::size_t{2} << 30;
+  testing::DeviceBuffer src(kCopyBytes), dst(kCopyBytes);
+  src.fill_bytes(0x5a);
+  const double copy_us = median_event_us(stream, 3, 20, [&](int) {
+    cuda_ok(cudaMemcpyAsync(dst.data(), src.data(), kCopyBytes, cudaMemcpyDeviceToDevice, stream), "copy");
+  });
+  c.copy_gbs = 2.0 * kCopyBytes / (copy_us * 1e3);
+
+  constexpr int n = 8192;
+  const std::int64_t elements = std::int64_t{n} * n;
+  testing::DeviceBuffer a(elements * 2), b(elements * 2), d(elements * 2);
+  testing::fill_random_device(a.data(), DType::bf16, elements, 1.0f, 1.0f, 11);
+  testing::fill_random_device(b.data(), DType::bf16, elements, 1.0f, 1.0f, 12);
+  cublasHandle_t handle;
+  if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) throw RuntimeFailure("cublasCreate failed");
+  cublasSetStream(handle, stream);
+  const float alpha = 1.0f, beta = 0.0f;
+  const double gemm_us = median_event_us(stream, 3, 10, [&](int) {
+    if (cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.data(), CUDA_R_16BF, n, b.data(),
+                     CUDA_R_16BF, n, &beta, d.data(), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
+                     CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS) {
+      throw RuntimeFailure("cublasGemmEx failed");
+    }
+  });
+  cublasDestroy(handle);
+  c.bf16_tflops = 2.0 * n * double(n) * n / (gemm_us * 1e6);
+  return c;
+}
+
+Timing time_runs(const std::vector<PreparedRun*>& runs, cudaStream_t stream, int warmup, int iterations,
+                 bool graphs) {
+  std::vector<cudaGraphExec_t> execs;
+  if (graphs) {
+    for (PreparedRun* run : runs) {
+      cudaGraph_t graph;
+      cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+      run->enqueue(stream);
+      cuda_ok(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+      cudaGraphExec_t exec;
+      cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+      cudaGraphDestroy(graph);
+      execs.push_back(exec);
+    }
+  }
+  auto launch = [&](int i) {
+    const std::size_t k = static_cast<std::size_t>(i) % runs.size();
+    if (graphs) {
+      cuda_ok(cudaGraphLaunch(execs[k], stream), "cudaGraphLaunch");
+    } else {
+      runs[k]->enqueue(stream);
+    }
+  };
+  const auto times = event_times_us(stream, warmup, iterations, launch);
+  for (cudaGraphExec_t exec : execs) cudaGraphExecDestroy(exec);
+  return {times[times.size() / 2], times.front(), times.back()};
+}
+
+}  // namespace helixmla::tools
+
+#endif

@@ -1,0 +1,36 @@
+// Device ceilings and kernel timing for `bench` and `tune` (DESIGN §7):
+// CUDA events, warm-up, median of many iterations, CUDA graphs, inputs
+// rotated so that the cache does not serve them.
+#pragma once
+
+#if defined(HELIXMLA_WITH_CUDA)
+
+#include <cuda_runtime.h>
+
+#include <vector>
+
+#include "helixmla/backend.hpp"
+
+namespace helixmla::tools {
+
+struct Ceilings {
+  double copy_gbs = 0.0;      // device-to-device copy, bytes read + written
+  double bf16_tflops = 0.0;   // cuBLAS bf16 8192^3 on random data
+};
+Ceilings measure_ceilings(cudaStream_t stream);
+
+struct Timing {
+  double median_us = 0.0;
+  double min_us = 0.0;
+  double max_us = 0.0;
+};
+// Times the runs round-robin, each replayed from a captured CUDA graph when
+// `graphs` is set.
+Timing time_runs(const std::vector<PreparedRun*>& runs, cudaStream_t stream, int warmup, int iterations,
+                 bool graphs);
+
+void cuda_ok(cudaError_t status, const char* what);
+
+}  // namespace helixmla::tools
+
+#endif

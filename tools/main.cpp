@@ -1,0 +1,37 @@
+// The `helixmla` command-line program.
+#include <CLI/CLI.hpp>
+
+#include <exception>
+#include <iostream>
+
+#include "commands.hpp"
+#include "helixmla/error.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"helixmla: decode-time Multi-head Latent Attention over a paged KV cache"};
+  app.require_subcommand(1);
+  helixmla::tools::add_run_command(app);
+  helixmla::tools::add_explain_command(app);
+  helixmla::tools::add_sweep_command(app);
+  helixmla::tools::add_bench_command(app);
+  helixmla::tools::add_tune_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::RuntimeError& e) {
+    return e.get_exit_code();  // a command finished with a verdict it already printed
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "helixmla: " << e.what() << "\nRun 'helixmla --help' or 'helixmla <command> --help'.\n";
+    return 2;
+  } catch (const helixmla::InvalidArgument& e) {
+    std::cerr << "helixmla: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "helixmla: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

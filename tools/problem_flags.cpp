@@ -1,0 +1,85 @@
+#include "problem_flags.hpp"
+
+#include <algorithm>
+
+#include "helixmla/planner.hpp"
+
+namespace helixmla::tools {
+
+void add_problem_flags(CLI::App& app, ProblemFlags& flags) {
+  app.add_option("--heads", flags.heads, "Query heads per rank (1..128)")
+      ->capture_default_str()->check(CLI::Range(1, 128));
+  app.add_option("--q-len", flags.q_len, "Query tokens per generation: 1 is decode, >1 a verify group")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  app.add_option("--batch", flags.batch, "Generation requests")
+      ->capture_default_str()->check(CLI::Range(0, 1 << 20));
+  app.add_option("--kv-len", flags.kv_len,
+                 "Cached tokens per generation, new tokens included: one value, or a comma list cycled over the requests")
+      ->delimiter(',')->capture_default_str()->check(CLI::Range(1, 1 << 30));
+  app.add_option("--page-size", flags.page_size, "Tokens per KV-cache page (any integer >= 1)")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  app.add_option("--kv-dtype", flags.kv_dtype, "KV-cache element type")
+      ->capture_default_str()->check(CLI::IsMember({"bf16", "fp16", "fp8"}));
+  app.add_option("--contexts", flags.contexts, "Context (prefill) requests placed before the generations")
+      ->capture_default_str()->check(CLI::Range(0, 1 << 20));
+  app.add_option("--context-len", flags.context_len, "New tokens (and KV length) of each context request")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  app.add_option("--seed", flags.seed, "Random seed for the synthetic batch")->capture_default_str();
+  app.add_option("--backend", flags.backend,
+                 "Force a backend (cpu, cuda_generic, cuda_tensorcore); an error if it cannot run the batch");
+  app.add_flag("--stats", flags.stats, "Also produce softmax statistics (m, l)");
+}
+
+testing::BatchSpec to_batch_spec(const ProblemFlags& flags, bool allocate_tensors) {
+  if (flags.batch + flags.contexts == 0) {
+    throw CLI::ValidationError("--batch", "the batch is empty: give --batch or --contexts > 0");
+  }
+  testing::BatchSpec spec;
+  spec.heads = flags.heads;
+  spec.generations = flags.batch;
+  spec.q_len = flags.q_len;
+  spec.kv_len = flags.kv_len;
+  for (std::size_t i = 0; i < flags.kv_len.size() && flags.batch > 0; ++i) {
+    if (flags.kv_len[i] < flags.q_len) {
+      throw CLI::ValidationError("--kv-len", "value " + std::to_string(flags.kv_len[i]) + " at index " +
+                                                 std::to_string(i) + " is shorter than --q-len " +
+                                                 std::to_string(flags.q_len));
+    }
+  }
+  spec.contexts = flags.contexts;
+  spec.context_len = flags.context_len;
+  spec.page_size = flags.page_size;
+  spec.kv_dtype = *parse_dtype(flags.kv_dtype);
+  spec.q_dtype = testing::default_q_dtype(spec.kv_dtype);
+  spec.kv_scale = spec.kv_dtype == DType::fp8_e4m3 ? 1.0f / 64.0f : 1.0f;
+  spec.stats = flags.stats;
+  spec.seed = flags.seed;
+  spec.allocate_tensors = allocate_tensors;
+  return spec;
+}
+
+std::vector<PhaseShape> phase_shapes(const ProblemFlags& flags, const Environment& env, int cp) {
+  testing::SyntheticBatch batch(to_batch_spec(flags, false));
+  const Problem whole = batch.problem();
+  const bool on_device =
+      env.has_gpu() && (env.built("cuda_generic") || env.built("cuda_tensorcore"));
+  std::vector<PhaseShape> shapes;
+  const PhasePlan plan = plan_phases(whole);
+  for (const auto* phase : {&plan.context, &plan.generation}) {
+    if (!*phase) continue;
+    PhaseShape shape = shape_of(**phase, whole);
+    shape.on_device = on_device;
+    if (cp > 1) {
+      shape.helix = true;
+      shape.cp_size = cp;
+      shape.has_stats = true;
+      shape.stats_fp32_contiguous = true;
+    } else {
+      shape.has_stats = flags.stats;
+    }
+    shapes.push_back(shape);
+  }
+  return shapes;
+}
+
+}  // namespace helixmla::tools
