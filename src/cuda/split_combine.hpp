@@ -1,0 +1,67 @@
+// Split-KV log-sum-exp combine, shared by the CUDA backends.
+//
+// A backend that splits the KV range of some query rows into several parts
+// ("splits") writes, per (row, split), a partial output normalised by that
+// split's own softmax sum plus the split's statistics, into a workspace. This
+// kernel merges the splits of every such row exactly (DESIGN §5 formula):
+//   M = max_s m_s,  w_s = l_s e^(m_s - M),  L = sum_s w_s,
+//   o = sum_s w_s o_s / L,  stats = (M, L).
+// Rows whose splits all saw nothing (every l_s == 0) get o = 0 and stats
+// (-inf, 0), never NaN.
+//
+// Layout. Split rows are described by segments: a segment is `rows`
+// consecutive output rows that share one split count. Entry (i, s) of a
+// segment, 0 <= i < rows, 0 <= s < splits, is
+//   entry = first_entry + i * splits + s
+// and lives at partial_out[entry * kv_lora_rank ...] (float32, normalised)
+// and partial_stats[entry * 2 ...] = (m, l) (float32, natural-log units,
+// m = max scaled logit of the split, l = sum of e^(s - m)). An entry with
+// l == 0 (or m == -inf) is ignored: its partial output is never read, so
+// a writer may leave it unwritten.
+//
+// Output row i of a segment is row `first_out_row + i` of `out`
+// ([rows, kv_lora_rank] of out_dtype, i.e. [tokens, heads, kv_lora_rank]
+// flattened) and of `stats` ([rows, 2] float32, optional).
+//
+// The launch only enqueues one kernel on `stream`: no host synchronisation,
+// no allocation, so it can be captured into a CUDA graph.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "helixmla/dtype.hpp"
+
+namespace helixmla::cuda {
+
+struct SplitSegment {
+  std::int64_t first_partial_row = 0;  // running count of split rows before this segment
+  std::int64_t first_entry = 0;        // entry of (row 0, split 0)
+  std::int64_t first_out_row = 0;      // output row of row 0
+  std::int32_t rows = 0;
+  std::int32_t splits = 0;
+};
+
+struct SplitCombineArgs {
+  // Device memory, sorted by first_partial_row, segments tile
+  // [0, total_rows) without gaps.
+  const SplitSegment* segments = nullptr;
+  std::int32_t num_segments = 0;
+  std::int64_t total_rows = 0;  // sum of segments' rows
+
+  const float* partial_out = nullptr;    // [entries, kv_lora_rank]
+  const float* partial_stats = nullptr;  // [entries, 2]
+  std::int32_t kv_lora_rank = 512;       // any positive value; fastest when a multiple of 4
+
+  void* out = nullptr;                   // bf16 or fp16, 4-byte aligned
+  DType out_dtype = DType::bf16;
+  float* stats = nullptr;                // optional
+};
+
+// Enqueues the combine for `args.total_rows` rows (nothing when 0). Throws
+// InvalidArgument for an unsupported out_dtype and RuntimeFailure when the
+// launch fails.
+void launch_split_combine(const SplitCombineArgs& args, cudaStream_t stream);
+
+}  // namespace helixmla::cuda
