@@ -18,6 +18,7 @@ struct MlaDims {
   std::int32_t kv_lora_rank = 512;  // latent width: V and the first part of K
   std::int32_t rope_dim = 64;       // rotary part of K (and of Q)
   constexpr std::int32_t head_dim() const { return kv_lora_rank + rope_dim; }
+  bool operator==(const MlaDims&) const = default;
 };
 
 struct Location {

@@ -1,5 +1,7 @@
 #include "helixmla/error.hpp"
 
+#include <fmt/format.h>
+
 #include <utility>
 
 namespace helixmla {
@@ -7,9 +9,8 @@ namespace helixmla {
 namespace {
 std::string format_message(const std::string& field, std::int64_t index, const std::string& value,
                            const std::string& rule) {
-  std::string where = field;
-  if (index >= 0) where += "[" + std::to_string(index) + "]";
-  return "invalid " + where + " = " + value + ": " + rule;
+  return index >= 0 ? fmt::format("invalid {}[{}] = {}: {}", field, index, value, rule)
+                    : fmt::format("invalid {} = {}: {}", field, value, rule);
 }
 }  // namespace
 
