@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# One call on a GPU machine: build, run the gpu (and multigpu) tests,
+# compute-sanitizer on a representative subset, the benchmark suite; logs go
+# to $OUT (or /tmp/helixmla-gpu-check) and a short summary is printed last.
+#   scripts/gpu-check.sh [tests] [sanitize] [bench] [multigpu] [tune]   (default: tests sanitize bench)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/helixmla-gpu-check}
+mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+steps=${*:-tests sanitize bench}
+build=${HELIXMLA_BUILD_DIR:-build-gpu}
+summary=()
+has() { [[ " $steps " == *" $1 "* ]]; }
+
+nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$out/gpu.txt"
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+summary+=("commit $commit$(git diff --quiet 2>/dev/null || echo '+dirty'); $(sed -n 2p "$out/gpu.txt")")
+
+start=$(date +%s)
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="80-virtual;90-real" \
+  -DHELIXMLA_BUILD_BENCH=OFF >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+if ! ninja -C "$build" -j "$(nproc)" >"$out/build.log" 2>&1; then
+  grep -E "error|Error" "$out/build.log" | head -40
+  exit 1
+fi
+summary+=("build: $(( $(date +%s) - start )) s")
+
+if has tests; then
+  ctest --test-dir "$build" -L gpu --output-on-failure -j 1 --timeout 300 >"$out/gpu-tests.log" 2>&1
+  summary+=("gpu tests: $(grep -E 'tests passed|tests failed' "$out/gpu-tests.log" | tail -1)")
+  grep -E "\*\*\*Failed|Not Run|Exception" "$out/gpu-tests.log" | head -20
+  ctest --test-dir "$build" -L cpu -j "$(nproc)" >"$out/cpu-tests.log" 2>&1
+  summary+=("cpu tests: $(grep -E 'tests passed|tests failed' "$out/cpu-tests.log" | tail -1)")
+fi
+if has multigpu; then
+  ctest --test-dir "$build" -L multigpu --output-on-failure -j 1 --timeout 300 >"$out/multigpu-tests.log" 2>&1
+  summary+=("multigpu tests: $(grep -E 'tests passed|tests failed' "$out/multigpu-tests.log" | tail -1)")
+  grep -E "\*\*\*Failed|Exception" "$out/multigpu-tests.log" | head -20
+fi
+if has sanitize; then
+  filter=${HELIXMLA_SANITIZE_FILTER:-*Sanitize*:*GraphReplay*:*SplitKv*}
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/tests/helixmla_gpu_tests" \
+      --gtest_filter="$filter" >"$out/sanitize-$tool.log" 2>&1
+    rc=$?
+    summary+=("compute-sanitizer $tool ($filter): exit $rc, $(grep -cE '^========= (Invalid|Race|Error)' "$out/sanitize-$tool.log") reports, $(grep -E '^\[  PASSED' "$out/sanitize-$tool.log" | head -1)")
+  done
+fi
+if has bench; then
+  "$build/helixmla" bench --json "$out/bench.json" --plot "$out/bench.svg" >"$out/bench.txt" 2>"$out/bench.err"
+  summary+=("bench exit $?")
+fi
+if has tune; then
+  "$build/helixmla" tune --out "$out/perf-sm90.json" >"$out/tune.txt" 2>&1
+  summary+=("tune exit $?: $(tail -1 "$out/tune.txt")")
+fi
+
+echo
+echo "==== helixmla gpu-check summary ===="
+printf '%s\n' "${summary[@]}"
+[ -f "$out/bench.txt" ] && cat "$out/bench.txt"
+exit 0
