@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # One call on a GPU machine: build, run the gpu (and multigpu) tests,
-# compute-sanitizer on a representative subset, the benchmark suite; logs go
-# to $OUT (or /tmp/helixmla-gpu-check) and a short summary is printed last.
+# compute-sanitizer on a representative subset, the benchmark suite. Logs go
+# to /tmp/helixmla-gpu-check and, packed as one archive, to $OUT when set (the
+# device tool brings back only a few files); a short summary is printed last.
 #   scripts/gpu-check.sh [tests] [sanitize] [bench] [multigpu] [tune]   (default: tests sanitize bench)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${OUT:-/tmp/helixmla-gpu-check}
+out=/tmp/helixmla-gpu-check
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 steps=${*:-tests sanitize bench}
@@ -56,6 +57,7 @@ if has tune; then
   summary+=("tune exit $?: $(tail -1 "$out/tune.txt")")
 fi
 
+[ -n "${OUT:-}" ] && tar czf "$OUT/gpu-check-logs.tgz" -C "$out" .
 echo
 echo "==== helixmla gpu-check summary ===="
 printf '%s\n' "${summary[@]}"

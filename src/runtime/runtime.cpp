@@ -27,7 +27,7 @@ PerfTable load_perf_table(const RuntimeOptions& options, const Environment& env)
   }
   if (path.empty() && env.has_gpu()) {
     const std::string file = "perf/" + std::string(to_string(env.arch)) + ".json";
-    for (const std::string dir : {std::string(HELIXMLA_SOURCE_DIR) + "/data", std::string(HELIXMLA_DATA_DIR) + "/data"}) {
+    for (const std::string& dir : {std::string(HELIXMLA_SOURCE_DIR) + "/data", std::string(HELIXMLA_DATA_DIR) + "/data"}) {
       if (std::filesystem::exists(dir + "/" + file)) {
         path = dir + "/" + file;
         break;
