@@ -1,0 +1,255 @@
+#include "helixmla/validate.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <string>
+
+#include "helixmla/error.hpp"
+
+namespace helixmla {
+
+namespace {
+
+constexpr std::int64_t kInt32Max = std::numeric_limits<std::int32_t>::max();
+
+[[noreturn]] void reject(std::string field, std::int64_t index, std::string value, std::string rule) {
+  throw InvalidArgument(std::move(field), index, std::move(value), std::move(rule));
+}
+
+std::string text(std::int64_t value) { return std::to_string(value); }
+std::string text(std::int32_t value) { return std::to_string(value); }
+std::string text(float value) { return fmt::format("{}", value); }
+std::string text(DType dtype) { return std::string(to_string(dtype)); }
+std::string text(const void* pointer) { return pointer ? "set" : "null"; }
+
+std::int64_t pages_needed(std::int64_t kv_len, std::int64_t page_size) {
+  return (kv_len + page_size - 1) / page_size;
+}
+
+// Product of non-negative factors, or -1 when it does not fit int64.
+std::int64_t checked_product(std::initializer_list<std::int64_t> factors) {
+  std::int64_t product = 1;
+  for (std::int64_t f : factors) {
+    if (__builtin_mul_overflow(product, f, &product)) return -1;
+  }
+  return product;
+}
+
+bool is_half_type(DType dtype) { return dtype == DType::bf16 || dtype == DType::fp16; }
+
+void validate_shape(const Problem& p) {
+  if (p.q_len.empty()) {
+    reject("q_len", -1, "[]", "empty batch: at least one request is needed");
+  }
+  if (static_cast<std::int64_t>(p.q_len.size()) > kInt32Max) {
+    reject("q_len", -1, text(static_cast<std::int64_t>(p.q_len.size())),
+           "more requests than fit int32");
+  }
+  if (p.num_heads < 1 || p.num_heads > kMaxHeads) {
+    reject("num_heads", -1, text(p.num_heads), fmt::format("must be in 1..{}", kMaxHeads));
+  }
+  const std::int32_t rank = p.dims.kv_lora_rank;
+  if (rank < 16 || rank > 2048 || rank % 16 != 0) {
+    reject("dims.kv_lora_rank", -1, text(rank), "must be a multiple of 16 in [16, 2048]");
+  }
+  const std::int32_t rope = p.dims.rope_dim;
+  if (rope < 0 || rope > 256 || rope % 16 != 0) {
+    reject("dims.rope_dim", -1, text(rope), "must be a multiple of 16 in [0, 256]");
+  }
+  if (!std::isfinite(p.softmax_scale) || p.softmax_scale <= 0.0f) {
+    reject("softmax_scale", -1, text(p.softmax_scale), "must be finite and > 0");
+  }
+  if (p.kv.page_size < 1) {
+    reject("kv.page_size", -1, text(p.kv.page_size), "must be >= 1");
+  }
+  if (p.kv.num_pages < 1) {
+    reject("kv.num_pages", -1, text(p.kv.num_pages), "the pool needs at least one page");
+  }
+}
+
+void validate_dtypes(const Problem& p) {
+  if (!is_half_type(p.q_dtype)) {
+    reject("q_dtype", -1, text(p.q_dtype), "must be bf16 or fp16");
+  }
+  if (!is_half_type(p.out_dtype)) {
+    reject("out_dtype", -1, text(p.out_dtype), "must be bf16 or fp16");
+  }
+  if (p.out_dtype != p.q_dtype) {
+    reject("out_dtype", -1, text(p.out_dtype),
+           fmt::format("must equal q_dtype ({})", to_string(p.q_dtype)));
+  }
+  if (!is_half_type(p.kv.dtype) && p.kv.dtype != DType::fp8_e4m3) {
+    reject("kv.dtype", -1, text(p.kv.dtype), "must be bf16, fp16 or fp8");
+  }
+  if (is_half_type(p.kv.dtype) && p.kv.dtype != p.q_dtype) {
+    reject("kv.dtype", -1, text(p.kv.dtype),
+           fmt::format("unsupported combination: {} KV needs {} queries, got q_dtype {}",
+                       to_string(p.kv.dtype), to_string(p.kv.dtype), to_string(p.q_dtype)));
+  }
+  if (!std::isfinite(p.kv.scale) || p.kv.scale <= 0.0f) {
+    reject("kv.scale", -1, text(p.kv.scale), "must be finite and > 0");
+  }
+}
+
+void validate_buffers(const Problem& p) {
+  if (p.q == nullptr) reject("q", -1, text(p.q), "query tensor is missing");
+  if (p.out == nullptr) reject("out", -1, text(p.out), "output tensor is missing");
+  if (p.kv.pool == nullptr) reject("kv.pool", -1, text(p.kv.pool), "KV page pool is missing");
+}
+
+void validate_requests(const Problem& p) {
+  const std::int64_t requests = static_cast<std::int64_t>(p.q_len.size());
+  if (p.num_contexts < 0 || p.num_contexts > requests) {
+    reject("num_contexts", -1, text(p.num_contexts),
+           fmt::format("must be in [0, {}] (the number of requests)", requests));
+  }
+  if (p.kv_len.size() != p.q_len.size()) {
+    reject("kv_len", -1, text(static_cast<std::int64_t>(p.kv_len.size())),
+           fmt::format("has a different length than q_len ({})", requests));
+  }
+  for (std::int64_t r = 0; r < requests; ++r) {
+    if (p.q_len[r] < 1) reject("q_len", r, text(p.q_len[r]), "each request needs >= 1 new token");
+  }
+  for (std::int64_t r = 0; r < requests; ++r) {
+    if (p.kv_len[r] < 0) reject("kv_len", r, text(p.kv_len[r]), "must be >= 0");
+  }
+  for (std::int64_t r = p.num_contexts + 1; r < requests; ++r) {
+    if (p.q_len[r] != p.q_len[p.num_contexts]) {
+      reject("q_len", r, text(p.q_len[r]),
+             fmt::format("generations must all have the same q_len (request {} has {})",
+                         p.num_contexts, p.q_len[p.num_contexts]));
+    }
+  }
+  // Helix bounds replace the verify-group mask, and a rank's local KV may be
+  // shorter than the query group.
+  if (p.helix.token_kv_bounds.empty()) {
+    for (std::int64_t r = 0; r < requests; ++r) {
+      if (p.q_len[r] > p.kv_len[r]) {
+        reject("q_len", r, text(p.q_len[r]),
+               fmt::format("q_len > kv_len ({}): new tokens are part of the KV", p.kv_len[r]));
+      }
+    }
+  }
+  std::int64_t total_tokens = 0;
+  for (std::int32_t s : p.q_len) total_tokens += s;
+  // Kernels index tokens with int32. Query and output element counts then stay
+  // below 2^31 * 128 heads * 2304 values, far inside int64.
+  if (total_tokens > kInt32Max) {
+    reject("q_len", -1, text(total_tokens), "total tokens (sum of q_len) must fit int32");
+  }
+}
+
+void validate_page_table(const Problem& p) {
+  const std::int64_t requests = static_cast<std::int64_t>(p.q_len.size());
+  const std::int64_t stride = p.page_table_stride;
+  const std::int64_t page_size = p.kv.page_size;
+  if (stride < 0) reject("page_table_stride", -1, text(stride), "must be >= 0");
+  if (static_cast<std::int64_t>(p.page_table.size()) != requests * stride) {
+    reject("page_table", -1, text(static_cast<std::int64_t>(p.page_table.size())),
+           fmt::format("must hold num_requests * page_table_stride = {} * {} = {} entries",
+                       requests, stride, requests * stride));
+  }
+  for (std::int64_t r = 0; r < requests; ++r) {
+    const std::int64_t needed = pages_needed(p.kv_len[r], page_size);
+    if (needed > stride) {
+      reject("kv_len", r, text(p.kv_len[r]),
+             fmt::format("kv_len > pages * page_size: needs {} pages of {} but a page-table row "
+                         "has {} (page_table_stride)",
+                         needed, page_size, stride));
+    }
+  }
+  // Only the pages a request uses are read; engines leave the rest of a row
+  // unset (synthetic batches write -1 there).
+  for (std::int64_t r = 0; r < requests; ++r) {
+    const std::int64_t needed = pages_needed(p.kv_len[r], page_size);
+    for (std::int64_t b = 0; b < needed; ++b) {
+      const std::int64_t flat = r * stride + b;
+      const std::int32_t page = p.page_table[flat];
+      if (page < 0 || page >= p.kv.num_pages) {
+        reject("page_table", flat, text(page),
+               fmt::format("page id out of the pool [0, {}) (request {}, page {})",
+                           p.kv.num_pages, r, b));
+      }
+    }
+  }
+  if (stride * page_size > kInt32Max) {
+    reject("page_table_stride", -1, text(stride),
+           fmt::format("page_table_stride * page_size = {} must fit int32", stride * page_size));
+  }
+  const std::int64_t pool_bytes = checked_product(
+      {p.kv.num_pages, page_size, p.dims.head_dim(), static_cast<std::int64_t>(dtype_size(p.kv.dtype))});
+  if (pool_bytes < 0) {
+    reject("kv.num_pages", -1, text(p.kv.num_pages),
+           "num_pages * page_size * head_dim * dtype size overflows int64");
+  }
+}
+
+void validate_stats(const Problem& p) {
+  if (!p.stats.present()) return;
+  if (p.stats.dtype != DType::fp32) {
+    reject("stats.dtype", -1, text(p.stats.dtype), "softmax statistics are float32");
+  }
+  if (p.stats.tokens != p.num_tokens()) {
+    reject("stats.tokens", -1, text(p.stats.tokens),
+           fmt::format("must equal the number of query tokens ({})", p.num_tokens()));
+  }
+  if (p.stats.heads != p.num_heads) {
+    reject("stats.heads", -1, text(p.stats.heads),
+           fmt::format("must equal num_heads ({})", p.num_heads));
+  }
+  if (p.stats.width != 2) {
+    reject("stats.width", -1, text(p.stats.width), "must be 2: (m, l) per token and head");
+  }
+}
+
+void validate_helix(const Problem& p) {
+  const HelixSettings& h = p.helix;
+  if (h.cp_size < 1) reject("helix.cp_size", -1, text(h.cp_size), "must be >= 1");
+  if (h.cp_rank < 0 || h.cp_rank >= h.cp_size) {
+    reject("helix.cp_rank", -1, text(h.cp_rank), fmt::format("must be in [0, {})", h.cp_size));
+  }
+  const auto& bounds = h.token_kv_bounds;
+  if (!bounds.empty()) {
+    const std::int64_t tokens = p.num_tokens();
+    if (static_cast<std::int64_t>(bounds.size()) != tokens) {
+      reject("helix.token_kv_bounds", -1, text(static_cast<std::int64_t>(bounds.size())),
+             fmt::format("needs one bound per query token ({})", tokens));
+    }
+    std::int64_t token = 0;
+    for (std::size_t r = 0; r < p.q_len.size(); ++r) {
+      for (std::int32_t t = 0; t < p.q_len[r]; ++t, ++token) {
+        const std::int32_t bound = bounds[token];
+        if (bound < 0 || bound > p.kv_len[r]) {
+          reject("helix.token_kv_bounds", token, text(bound),
+                 fmt::format("must be in [0, kv_len of request {} = {}]", r, p.kv_len[r]));
+        }
+        if (t > 0 && bound < bounds[token - 1]) {
+          reject("helix.token_kv_bounds", token, text(bound),
+                 fmt::format("must not decrease within request {} (previous token sees {})", r,
+                             bounds[token - 1]));
+        }
+      }
+    }
+  }
+  if (h.enabled() && !p.stats.present()) {
+    reject("stats.data", -1, "null", "Helix needs softmax statistics to combine the ranks");
+  }
+}
+
+}  // namespace
+
+void validate(const Problem& problem) {
+  validate_shape(problem);
+  validate_dtypes(problem);
+  validate_buffers(problem);
+  validate_requests(problem);
+  validate_page_table(problem);
+  validate_stats(problem);
+  validate_helix(problem);
+}
+
+}  // namespace helixmla
