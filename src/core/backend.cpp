@@ -1,0 +1,120 @@
+#include "helixmla/backend.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+
+#include "helixmla/error.hpp"
+
+namespace helixmla {
+
+namespace {
+
+std::int32_t next_power_of_two(std::int64_t value) {
+  if (value <= 1) return 1;
+  return static_cast<std::int32_t>(std::bit_ceil(static_cast<std::uint64_t>(value)));
+}
+
+std::string_view to_string(PhaseKind kind) {
+  return kind == PhaseKind::context ? "context" : "generation";
+}
+
+std::string_view to_string(MaskKind mask) {
+  switch (mask) {
+    case MaskKind::linear: return "linear";
+    case MaskKind::tree: return "tree";
+    case MaskKind::custom: return "custom";
+  }
+  return "unknown";
+}
+
+// splitmix64 finaliser: cheap, and every input bit reaches every output bit,
+// which keeps neighbouring shapes (heads 47 vs 48) in different buckets.
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+std::size_t hash_value(const PhaseShape& s) {
+  const auto u = [](auto v) { return static_cast<std::uint64_t>(static_cast<std::uint32_t>(v)); };
+  const std::uint64_t dtypes = u(s.q_dtype) | u(s.kv_dtype) << 8 | u(s.out_dtype) << 16 |
+                               u(s.phase) << 24 | u(s.mask) << 32 | u(s.batch_has_generations) << 40 |
+                               u(s.helix) << 41 | u(s.has_stats) << 42 |
+                               u(s.stats_fp32_contiguous) << 43 | u(s.on_device) << 44;
+  std::uint64_t h = mix(dtypes);
+  h = mix(h ^ (u(s.dims.kv_lora_rank) | u(s.dims.rope_dim) << 32));
+  h = mix(h ^ (u(s.num_heads) | u(s.page_size) << 32));
+  h = mix(h ^ (u(s.q_len) | u(s.max_q_len) << 32));
+  h = mix(h ^ (u(s.batch_bucket) | u(s.cp_size) << 32));
+  h = mix(h ^ u(s.beam_width));
+  return static_cast<std::size_t>(h);
+}
+
+std::string describe(const PhaseShape& s) {
+  std::string text = fmt::format("{} H={} q_len={}", to_string(s.phase), s.num_heads,
+                                 s.q_len > 0 ? std::to_string(s.q_len) : "varies");
+  if (s.q_len != s.max_q_len) text += fmt::format(" max_q_len<={}", s.max_q_len);
+  text += fmt::format(" page={} kv={} q={} out={} batch>={}", s.page_size, to_string(s.kv_dtype),
+                      to_string(s.q_dtype), to_string(s.out_dtype), s.batch_bucket);
+  if (s.helix) text += fmt::format(" helix cp={}", s.cp_size);
+  if (s.has_stats) text += s.stats_fp32_contiguous ? " stats=fp32[tokens,H,2]" : " stats=other-layout";
+  if (!s.batch_has_generations) text += " no-generations-in-batch";
+  if (s.beam_width != 1) text += fmt::format(" beam={}", s.beam_width);
+  if (s.mask != MaskKind::linear) text += fmt::format(" mask={}", to_string(s.mask));
+  if (s.dims.kv_lora_rank != 512 || s.dims.rope_dim != 64) {
+    text += fmt::format(" dims={}+{}", s.dims.kv_lora_rank, s.dims.rope_dim);
+  }
+  text += s.on_device ? " device" : " host";
+  return text;
+}
+
+std::int32_t batch_bucket_of(std::int64_t requests) {
+  if (requests <= 1) return 1;
+  return static_cast<std::int32_t>(std::bit_floor(static_cast<std::uint64_t>(requests)));
+}
+
+PhaseShape shape_of(const Phase& phase, const Problem& whole) {
+  const Problem& part = phase.problem;
+  PhaseShape shape;
+  shape.phase = phase.kind;
+  shape.dims = part.dims;
+  shape.num_heads = part.num_heads;
+  shape.q_dtype = part.q_dtype;
+  shape.kv_dtype = part.kv.dtype;
+  shape.out_dtype = part.out_dtype;
+  shape.page_size = part.kv.page_size;
+
+  std::int32_t longest = 0;
+  bool uniform = true;
+  for (std::int32_t s : part.q_len) {
+    uniform = uniform && s == part.q_len.front();
+    longest = std::max(longest, s);
+  }
+  // Context lengths differ from step to step; keeping them out of the key
+  // (only their power-of-two bucket counts) keeps the selector cache bounded.
+  shape.q_len = phase.kind == PhaseKind::generation && uniform ? longest : 0;
+  shape.max_q_len = next_power_of_two(longest);
+  shape.batch_bucket = batch_bucket_of(part.num_requests());
+  shape.batch_has_generations = whole.num_generations() > 0;
+  shape.helix = whole.helix.enabled();
+  shape.cp_size = whole.helix.cp_size;
+  shape.has_stats = part.stats.present();
+  shape.stats_fp32_contiguous = !shape.has_stats || (part.stats.dtype == DType::fp32 &&
+                                                     part.stats.width == 2 &&
+                                                     part.stats.heads == part.num_heads);
+  shape.on_device = part.location.kind == Location::Kind::cuda;
+  return shape;
+}
+
+std::size_t Backend::workspace_bytes(const Problem&) const { return 0; }
+
+std::unique_ptr<PreparedRun> Backend::prepare(const Problem&, Workspace, void*) const {
+  throw NoCapableBackend(fmt::format("backend {} is profile-only/not executable", name()));
+}
+
+}  // namespace helixmla

@@ -1,0 +1,151 @@
+#include "helixmla/perf_table.hpp"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "helixmla/error.hpp"
+
+namespace helixmla {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr int kVersion = 1;
+
+const json& member(const json& object, const char* key, const std::string& where) {
+  const auto it = object.find(key);
+  if (it == object.end()) {
+    throw InvalidArgument(where + "." + key, -1, "missing", "required field of a performance table");
+  }
+  return *it;
+}
+
+std::int32_t positive_int(const json& object, const char* key, const std::string& where) {
+  const json& value = member(object, key, where);
+  if (!value.is_number_integer() || value.get<std::int64_t>() < 0 ||
+      value.get<std::int64_t>() > (1 << 30)) {
+    throw InvalidArgument(where + "." + key, -1, value.dump(), "must be a non-negative integer");
+  }
+  return value.get<std::int32_t>();
+}
+
+std::string text_of(const json& object, const char* key, const std::string& where) {
+  const json& value = member(object, key, where);
+  if (!value.is_string()) throw InvalidArgument(where + "." + key, -1, value.dump(), "must be a string");
+  return value.get<std::string>();
+}
+
+}  // namespace
+
+PerfKey PerfKey::of(const PhaseShape& shape, Arch arch) {
+  PerfKey key;
+  key.arch = arch;
+  key.kv_dtype = shape.kv_dtype;
+  key.num_heads = shape.num_heads;
+  key.q_len = shape.q_len;
+  key.page_size = shape.page_size;
+  key.batch_bucket = shape.batch_bucket;
+  return key;
+}
+
+std::string PerfKey::describe() const {
+  return fmt::format("{} kv={} H={} q_len={} page={} batch>={}", to_string(arch), to_string(kv_dtype),
+                     num_heads, q_len, page_size, batch_bucket);
+}
+
+void PerfTable::record(const PerfKey& key, const std::string& backend, double microseconds) {
+  entries_[key][backend] = microseconds;
+}
+
+const PerfTable::Times* PerfTable::find(const PerfKey& key) const {
+  const auto it = entries_.find(key);
+  return it == entries_.end() ? nullptr : &it->second;
+}
+
+std::string PerfTable::to_json() const {
+  json entries = json::array();
+  for (const auto& [key, times] : entries_) {
+    json entry;
+    entry["arch"] = std::string(to_string(key.arch));
+    entry["kv_dtype"] = std::string(to_string(key.kv_dtype));
+    entry["heads"] = key.num_heads;
+    entry["q_len"] = key.q_len;
+    entry["page_size"] = key.page_size;
+    entry["batch_bucket"] = key.batch_bucket;
+    entry["times_us"] = times;
+    entries.push_back(std::move(entry));
+  }
+  return json{{"version", kVersion}, {"entries", std::move(entries)}}.dump(2) + "\n";
+}
+
+PerfTable PerfTable::from_json(const std::string& text) {
+  json root;
+  try {
+    root = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw InvalidArgument("perf_table", -1, "text", std::string("not valid JSON: ") + e.what());
+  }
+  if (!root.is_object()) throw InvalidArgument("perf_table", -1, root.type_name(), "must be a JSON object");
+  const json& version = member(root, "version", "perf_table");
+  if (version != kVersion) {
+    throw InvalidArgument("perf_table.version", -1, version.dump(),
+                          fmt::format("this build reads version {}", kVersion));
+  }
+  const json& entries = member(root, "entries", "perf_table");
+  if (!entries.is_array()) {
+    throw InvalidArgument("perf_table.entries", -1, entries.type_name(), "must be an array");
+  }
+  PerfTable table;
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const json& entry = entries[i];
+    const std::string where = fmt::format("perf_table.entries[{}]", i);
+    if (!entry.is_object()) throw InvalidArgument(where, -1, entry.type_name(), "must be an object");
+    PerfKey key;
+    const std::string arch = text_of(entry, "arch", where);
+    const auto parsed_arch = parse_arch(arch);
+    if (!parsed_arch) throw InvalidArgument(where + ".arch", -1, arch, "unknown architecture");
+    key.arch = *parsed_arch;
+    const std::string dtype = text_of(entry, "kv_dtype", where);
+    const auto parsed_dtype = parse_dtype(dtype);
+    if (!parsed_dtype || *parsed_dtype == DType::fp32) {
+      throw InvalidArgument(where + ".kv_dtype", -1, dtype, "must be bf16, fp16 or fp8");
+    }
+    key.kv_dtype = *parsed_dtype;
+    key.num_heads = positive_int(entry, "heads", where);
+    key.q_len = positive_int(entry, "q_len", where);
+    key.page_size = positive_int(entry, "page_size", where);
+    key.batch_bucket = positive_int(entry, "batch_bucket", where);
+    const json& times = member(entry, "times_us", where);
+    if (!times.is_object() || times.empty()) {
+      throw InvalidArgument(where + ".times_us", -1, times.dump(),
+                            "must be a non-empty object of backend name to microseconds");
+    }
+    for (const auto& [backend, us] : times.items()) {
+      if (!us.is_number() || !(us.get<double>() > 0.0)) {
+        throw InvalidArgument(where + ".times_us." + backend, -1, us.dump(), "must be a positive number");
+      }
+      table.record(key, backend, us.get<double>());
+    }
+  }
+  return table;
+}
+
+PerfTable PerfTable::load(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InvalidArgument("perf_table_path", -1, path, "cannot be opened for reading");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return from_json(text.str());
+}
+
+void PerfTable::save(const std::string& path) const {
+  std::ofstream out(path);
+  out << to_json();
+  if (!out) throw RuntimeFailure("cannot write performance table " + path);
+}
+
+}  // namespace helixmla
