@@ -1,0 +1,118 @@
+// Device Helix combine: one block per (token, head) row; every thread reads
+// the cp statistics (a few floats, cached) and accumulates its columns.
+#include <cmath>
+#include <string>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/helix_dtype.cuh"
+#include "helixmla/error.hpp"
+#include "helixmla/helix.hpp"
+
+namespace helixmla {
+
+namespace {
+
+struct CombineGeometry {
+  int cp;
+  long long tokens;
+  int heads;
+  int width;
+  long long out_head_stride;
+  long long stats_head_stride;
+};
+
+__device__ __forceinline__ bool live(const float* s) { return s[1] > 0.0f && isfinite(s[0]); }
+
+template <DType Partial, DType Out>
+__global__ void helix_combine_kernel(const typename cuda::DeviceElement<Partial>::Storage* partial,
+                                     const float* stats,
+                                     typename cuda::DeviceElement<Out>::Storage* out,
+                                     float* out_stats, CombineGeometry g) {
+  const long long row = blockIdx.x;  // token * heads + head
+  const long long token = row / g.heads;
+  const long long head = row % g.heads;
+  const long long rank_rows = g.tokens * g.heads;
+
+  float max_m = -INFINITY;
+  for (int i = 0; i < g.cp; ++i) {
+    const float* s = stats + 2 * (i * rank_rows + row);
+    if (live(s)) max_m = fmaxf(max_m, s[0]);
+  }
+  float denominator = 0.0f;
+  for (int i = 0; i < g.cp; ++i) {
+    const float* s = stats + 2 * (i * rank_rows + row);
+    denominator += live(s) ? s[1] * expf(s[0] - max_m) : 0.0f;
+  }
+
+  const long long out_base = (token * g.out_head_stride + head) * g.width;
+  for (int k = threadIdx.x; k < g.width; k += blockDim.x) {
+    float acc = 0.0f;
+    if (denominator > 0.0f) {
+      for (int i = 0; i < g.cp; ++i) {
+        const float* s = stats + 2 * (i * rank_rows + row);
+        if (!live(s)) continue;
+        const float w = s[1] * expf(s[0] - max_m) / denominator;
+        if (w == 0.0f) continue;
+        acc += w * cuda::DeviceElement<Partial>::load(partial, (i * rank_rows + row) * g.width + k);
+      }
+    }
+    cuda::DeviceElement<Out>::store(out, out_base + k, acc);
+  }
+  if (out_stats != nullptr && threadIdx.x == 0) {
+    float* s = out_stats + 2 * (token * g.stats_head_stride + head);
+    s[0] = denominator > 0.0f ? max_m : -INFINITY;
+    s[1] = denominator;
+  }
+}
+
+template <DType Partial, DType Out>
+void launch(const HelixCombineArgs& a, cudaStream_t stream) {
+  using PartialStorage = typename cuda::DeviceElement<Partial>::Storage;
+  using OutStorage = typename cuda::DeviceElement<Out>::Storage;
+  const CombineGeometry g{a.cp,
+                          a.tokens,
+                          a.heads,
+                          a.width,
+                          a.out_head_stride > 0 ? a.out_head_stride : a.heads,
+                          a.out_stats_head_stride > 0 ? a.out_stats_head_stride : a.heads};
+  constexpr int kThreads = 128;
+  helix_combine_kernel<Partial, Out>
+      <<<static_cast<unsigned>(a.tokens * a.heads), kThreads, 0, stream>>>(
+          static_cast<const PartialStorage*>(a.partial), a.stats, static_cast<OutStorage*>(a.out),
+          a.out_stats, g);
+  HELIXMLA_CUDA_CHECK_LAUNCH();
+}
+
+template <DType Partial>
+void launch_for_out(const HelixCombineArgs& a, cudaStream_t stream) {
+  switch (a.out_dtype) {
+    case DType::bf16: return launch<Partial, DType::bf16>(a, stream);
+    case DType::fp16: return launch<Partial, DType::fp16>(a, stream);
+    case DType::fp32: return launch<Partial, DType::fp32>(a, stream);
+    case DType::fp8_e4m3: break;
+  }
+  throw InvalidArgument("out_dtype", -1, std::string(to_string(a.out_dtype)),
+                        "outputs are bf16, fp16 or fp32");
+}
+
+}  // namespace
+
+void helix_combine_device(const HelixCombineArgs& args, void* stream) {
+  check_helix_combine_args(args);
+  if (args.tokens == 0 || args.heads == 0) return;
+  if (args.tokens * args.heads > 0x7fffffffLL) {
+    throw InvalidArgument("tokens", -1, std::to_string(args.tokens),
+                          "tokens * heads must stay below 2^31 per call");
+  }
+  auto s = static_cast<cudaStream_t>(stream);
+  switch (args.partial_dtype) {
+    case DType::bf16: return launch_for_out<DType::bf16>(args, s);
+    case DType::fp16: return launch_for_out<DType::fp16>(args, s);
+    case DType::fp32: return launch_for_out<DType::fp32>(args, s);
+    case DType::fp8_e4m3: break;
+  }
+  throw InvalidArgument("partial_dtype", -1, std::string(to_string(args.partial_dtype)),
+                        "partial outputs are fp32, bf16 or fp16");
+}
+
+}  // namespace helixmla

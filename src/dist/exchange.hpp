@@ -1,0 +1,92 @@
+// The Helix exchange (DESIGN §5): an all-to-all over heads between the cp
+// ranks of one sequence group. Every rank holds partial outputs of all H
+// heads; afterwards each rank holds every rank's partials of its own heads
+// (helix_heads_of_rank), ready for the combine.
+//
+// Buffers of rank r (elements of `partial_dtype`, stats float32):
+//   send partial [peer][tokens, heads_of(peer), width]  (peer chunks back to back)
+//   send stats   [peer][tokens, heads_of(peer), 2]
+//   recv partial [source, tokens, heads_of(r), width]
+//   recv stats   [source, tokens, heads_of(r), 2]
+// so every peer's chunk is contiguous and the receive side is exactly the
+// combine's input. With H divisible by cp this is [peer, tokens, H/cp, width].
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "helixmla/dtype.hpp"
+#include "helixmla/helix.hpp"
+#include "helixmla/problem.hpp"
+
+namespace helixmla::dist {
+
+struct ExchangeShape {
+  std::int32_t cp = 1;
+  std::int64_t tokens = 0;
+  std::int32_t heads = 0;    // all heads (H)
+  std::int32_t width = 512;  // kv_lora_rank
+  DType partial_dtype = DType::bf16;
+
+  HeadRange heads_of(std::int32_t rank) const { return helix_heads_of_rank(heads, cp, rank); }
+  std::size_t element_bytes() const { return dtype_size(partial_dtype); }
+  // Byte offsets and sizes.
+  std::size_t send_partial_offset(std::int32_t peer) const;
+  std::size_t send_stats_offset(std::int32_t peer) const;
+  std::size_t partial_chunk_bytes(std::int32_t owner) const;  // one source's chunk for `owner`
+  std::size_t stats_chunk_bytes(std::int32_t owner) const;
+  std::size_t send_partial_bytes() const;  // whole send buffer (= partial output)
+  std::size_t send_stats_bytes() const;
+  std::size_t recv_partial_bytes(std::int32_t rank) const;
+  std::size_t recv_stats_bytes(std::int32_t rank) const;
+};
+
+// One local rank's side of an exchange. `stream` is the rank's cudaStream_t
+// for device exchanges and ignored on the host.
+struct RankBuffers {
+  std::int32_t rank = 0;
+  const void* send_partial = nullptr;
+  const float* send_stats = nullptr;
+  void* recv_partial = nullptr;
+  float* recv_stats = nullptr;
+  void* stream = nullptr;
+};
+
+class Exchange {
+ public:
+  virtual ~Exchange() = default;
+  virtual std::string_view name() const = 0;
+  virtual std::int32_t size() const = 0;  // cp
+  // The ranks this process drives (all of them in process, one per process
+  // with one-process-per-GPU NCCL).
+  virtual std::vector<std::int32_t> local_ranks() const = 0;
+  // Performs (host) or enqueues (device) the all-to-all for the given local
+  // ranks; normally every local rank at once. Device exchanges do not wait
+  // for the host.
+  virtual void all_to_all(const ExchangeShape& shape, std::span<const RankBuffers> ranks) = 0;
+  // Blocks until every stream has finished the work enqueued on it so far.
+  // Throws RuntimeFailure on a transport error or when a peer does not answer
+  // within the exchange's timeout; it never hangs.
+  virtual void wait(std::span<void* const> streams) = 0;
+};
+
+// In-process ranks: host buffers (`where` host) or device buffers on one
+// GPU (`where` cuda(d), cudaMemcpyAsync on the receiving rank's stream, with
+// events ordering it after every sender's stream when streams differ).
+std::unique_ptr<Exchange> make_in_process_exchange(std::int32_t cp, Location where);
+
+// Repacks a rank's attention output [tokens, H, width] and stats
+// [tokens, H, 2] into its send buffers (layout above).
+void pack_send_host(const ExchangeShape& shape, const void* partial, const float* stats,
+                    void* send_partial, float* send_stats);
+#if defined(HELIXMLA_WITH_CUDA)
+// Device twin: two strided copies (cudaMemcpy2DAsync) per peer on `stream`.
+void pack_send_device(const ExchangeShape& shape, const void* partial, const float* stats,
+                      void* send_partial, float* send_stats, void* stream);
+#endif
+
+}  // namespace helixmla::dist

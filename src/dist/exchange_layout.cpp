@@ -1,0 +1,93 @@
+// Byte layout of the Helix exchange buffers and the repacking of a rank's
+// attention output into them.
+#include <cstring>
+
+#include "dist/exchange.hpp"
+
+#if defined(HELIXMLA_WITH_CUDA)
+#include <cuda_runtime.h>
+
+#include "cuda/cuda_check.hpp"
+#endif
+
+namespace helixmla::dist {
+
+namespace {
+constexpr std::size_t kStatsRowBytes = 2 * sizeof(float);
+
+std::size_t size(std::int64_t value) { return static_cast<std::size_t>(value); }
+}  // namespace
+
+std::size_t ExchangeShape::send_partial_offset(std::int32_t peer) const {
+  return size(tokens) * size(heads_of(peer).begin) * size(width) * element_bytes();
+}
+std::size_t ExchangeShape::send_stats_offset(std::int32_t peer) const {
+  return size(tokens) * size(heads_of(peer).begin) * kStatsRowBytes;
+}
+std::size_t ExchangeShape::partial_chunk_bytes(std::int32_t owner) const {
+  return size(tokens) * size(heads_of(owner).count) * size(width) * element_bytes();
+}
+std::size_t ExchangeShape::stats_chunk_bytes(std::int32_t owner) const {
+  return size(tokens) * size(heads_of(owner).count) * kStatsRowBytes;
+}
+std::size_t ExchangeShape::send_partial_bytes() const {
+  return size(tokens) * size(heads) * size(width) * element_bytes();
+}
+std::size_t ExchangeShape::send_stats_bytes() const {
+  return size(tokens) * size(heads) * kStatsRowBytes;
+}
+std::size_t ExchangeShape::recv_partial_bytes(std::int32_t rank) const {
+  return size(cp) * partial_chunk_bytes(rank);
+}
+std::size_t ExchangeShape::recv_stats_bytes(std::int32_t rank) const {
+  return size(cp) * stats_chunk_bytes(rank);
+}
+
+void pack_send_host(const ExchangeShape& shape, const void* partial, const float* stats,
+                    void* send_partial, float* send_stats) {
+  const std::size_t head_bytes = size(shape.width) * shape.element_bytes();
+  const auto* src = static_cast<const std::byte*>(partial);
+  const auto* src_stats = reinterpret_cast<const std::byte*>(stats);
+  auto* dst = static_cast<std::byte*>(send_partial);
+  auto* dst_stats = reinterpret_cast<std::byte*>(send_stats);
+  for (std::int32_t peer = 0; peer < shape.cp; ++peer) {
+    const HeadRange h = shape.heads_of(peer);
+    if (h.count == 0) continue;
+    std::byte* chunk = dst + shape.send_partial_offset(peer);
+    std::byte* stats_chunk = dst_stats + shape.send_stats_offset(peer);
+    for (std::int64_t t = 0; t < shape.tokens; ++t) {
+      const std::size_t row = size(t) * size(shape.heads) + size(h.begin);
+      std::memcpy(chunk + size(t) * size(h.count) * head_bytes, src + row * head_bytes,
+                  size(h.count) * head_bytes);
+      std::memcpy(stats_chunk + size(t) * size(h.count) * kStatsRowBytes,
+                  src_stats + row * kStatsRowBytes, size(h.count) * kStatsRowBytes);
+    }
+  }
+}
+
+#if defined(HELIXMLA_WITH_CUDA)
+void pack_send_device(const ExchangeShape& shape, const void* partial, const float* stats,
+                      void* send_partial, float* send_stats, void* stream) {
+  if (shape.tokens == 0) return;
+  const auto s = static_cast<cudaStream_t>(stream);
+  const std::size_t head_bytes = size(shape.width) * shape.element_bytes();
+  const auto* src = static_cast<const std::byte*>(partial);
+  const auto* src_stats = reinterpret_cast<const std::byte*>(stats);
+  auto* dst = static_cast<std::byte*>(send_partial);
+  auto* dst_stats = reinterpret_cast<std::byte*>(send_stats);
+  for (std::int32_t peer = 0; peer < shape.cp; ++peer) {
+    const HeadRange h = shape.heads_of(peer);
+    if (h.count == 0) continue;
+    HELIXMLA_CUDA_CHECK(cudaMemcpy2DAsync(
+        dst + shape.send_partial_offset(peer), size(h.count) * head_bytes,
+        src + size(h.begin) * head_bytes, size(shape.heads) * head_bytes,
+        size(h.count) * head_bytes, size(shape.tokens), cudaMemcpyDeviceToDevice, s));
+    HELIXMLA_CUDA_CHECK(cudaMemcpy2DAsync(
+        dst_stats + shape.send_stats_offset(peer), size(h.count) * kStatsRowBytes,
+        src_stats + size(h.begin) * kStatsRowBytes, size(shape.heads) * kStatsRowBytes,
+        size(h.count) * kStatsRowBytes, size(shape.tokens), cudaMemcpyDeviceToDevice, s));
+  }
+}
+#endif
+
+}  // namespace helixmla::dist

@@ -1,0 +1,528 @@
+#include "dist/helix_driver.hpp"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <new>
+#include <string>
+
+#include "helixmla/error.hpp"
+#include "helixmla/helix.hpp"
+
+#if defined(HELIXMLA_WITH_CUDA)
+#include <cuda_runtime.h>
+
+#include "cuda/cuda_check.hpp"
+#endif
+#if defined(HELIXMLA_WITH_NCCL)
+#include "dist/nccl_exchange.hpp"
+#endif
+
+namespace helixmla::dist {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr std::align_val_t kHostAlignment{64};
+
+#if !defined(HELIXMLA_WITH_CUDA)
+[[noreturn]] void no_cuda() {
+  throw InvalidArgument("mode", -1, "device", "this build has no CUDA support");
+}
+#endif
+
+// Owning bytes in host memory or on one GPU.
+class Memory {
+ public:
+  Memory() = default;
+  Memory(Location where, std::size_t bytes) : where_(where), bytes_(bytes) {
+    if (bytes_ == 0) return;
+    if (where_.kind == Location::Kind::host) {
+      data_ = ::operator new(bytes_, kHostAlignment);
+      return;
+    }
+#if defined(HELIXMLA_WITH_CUDA)
+    HELIXMLA_CUDA_CHECK(cudaSetDevice(where_.device));
+    HELIXMLA_CUDA_CHECK(cudaMalloc(&data_, bytes_));
+#else
+    no_cuda();
+#endif
+  }
+  Memory(Memory&& other) noexcept { swap(other); }
+  Memory& operator=(Memory&& other) noexcept {
+    Memory gone(std::move(*this));
+    swap(other);
+    return *this;
+  }
+  Memory(const Memory&) = delete;
+  Memory& operator=(const Memory&) = delete;
+  ~Memory() {
+    if (data_ == nullptr) return;
+    if (where_.kind == Location::Kind::host) {
+      ::operator delete(data_, kHostAlignment);
+      return;
+    }
+#if defined(HELIXMLA_WITH_CUDA)
+    cudaFree(data_);
+#endif
+  }
+
+  void* data() const { return data_; }
+  std::size_t bytes() const { return bytes_; }
+
+  void upload(const void* host, std::size_t bytes) {
+    if (bytes == 0) return;
+    if (where_.kind == Location::Kind::host) {
+      std::memcpy(data_, host, bytes);
+      return;
+    }
+#if defined(HELIXMLA_WITH_CUDA)
+    HELIXMLA_CUDA_CHECK(cudaSetDevice(where_.device));
+    HELIXMLA_CUDA_CHECK(cudaMemcpy(data_, host, bytes, cudaMemcpyHostToDevice));
+#endif
+  }
+
+ private:
+  void swap(Memory& other) noexcept {
+    std::swap(where_, other.where_);
+    std::swap(data_, other.data_);
+    std::swap(bytes_, other.bytes_);
+  }
+
+  Location where_;
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+std::size_t pool_bytes(const Problem& p) {
+  return static_cast<std::size_t>(p.kv.num_pages) * static_cast<std::size_t>(p.kv.page_size) *
+         static_cast<std::size_t>(p.dims.head_dim()) * dtype_size(p.kv.dtype);
+}
+
+std::size_t q_bytes(const Problem& p) {
+  return static_cast<std::size_t>(p.num_tokens()) * static_cast<std::size_t>(p.num_heads) *
+         static_cast<std::size_t>(p.dims.head_dim()) * dtype_size(p.q_dtype);
+}
+
+// Copies `rows` rows of `row_bytes` between buffers with different row pitches.
+void copy_rows(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
+               std::size_t row_bytes, std::size_t rows, bool src_on_device) {
+  if (row_bytes == 0 || rows == 0) return;
+  if (!src_on_device) {
+    for (std::size_t i = 0; i < rows; ++i) {
+      std::memcpy(static_cast<std::byte*>(dst) + i * dst_pitch,
+                  static_cast<const std::byte*>(src) + i * src_pitch, row_bytes);
+    }
+    return;
+  }
+#if defined(HELIXMLA_WITH_CUDA)
+  HELIXMLA_CUDA_CHECK(cudaMemcpy2D(dst, dst_pitch, src, src_pitch, row_bytes, rows,
+                                   cudaMemcpyDeviceToHost));
+#endif
+}
+
+}  // namespace
+
+struct HelixDriver::Rank {
+  std::int32_t rank = 0;
+  Location where;
+  HeadRange heads;
+  HelixLocalMetadata meta;
+  Problem problem;
+  std::shared_ptr<Memory> q, pool;
+  Memory partial, partial_stats, send_partial, send_stats, recv_partial, recv_stats, out, out_stats;
+  Memory workspace;
+  std::unique_ptr<Runtime> runtime;
+  std::unique_ptr<PreparedRun> run;
+  void* stream = nullptr;  // cudaStream_t
+  bool owns_stream = false;
+  std::array<void*, 4> events{};  // cudaEvent_t at the phase boundaries
+
+  bool on_device() const { return where.kind == Location::Kind::cuda; }
+
+  ~Rank() {
+#if defined(HELIXMLA_WITH_CUDA)
+    for (void* e : events) {
+      if (e != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(e));
+    }
+    if (owns_stream) cudaStreamDestroy(static_cast<cudaStream_t>(stream));
+#endif
+  }
+};
+
+struct HelixDriver::Graphs {
+#if defined(HELIXMLA_WITH_CUDA)
+  struct Captured {
+    void* stream = nullptr;
+    int device = 0;
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    cudaEvent_t start = nullptr, stop = nullptr;
+  };
+  std::vector<Captured> streams;
+  ~Graphs() {
+    for (Captured& c : streams) {
+      if (c.exec) cudaGraphExecDestroy(c.exec);
+      if (c.graph) cudaGraphDestroy(c.graph);
+      if (c.start) cudaEventDestroy(c.start);
+      if (c.stop) cudaEventDestroy(c.stop);
+    }
+  }
+#endif
+};
+
+HelixDriver::HelixDriver(const Problem& global, HelixDriverOptions options)
+    : options_(std::move(options)), global_(global) {
+  const std::int32_t cp = options_.cp;
+  if (cp < 1) throw InvalidArgument("cp", -1, std::to_string(cp), "must be at least 1");
+  if (global.location.kind != Location::Kind::host) {
+    throw InvalidArgument("location", -1, "cuda", "the driver takes a batch in host memory");
+  }
+  if (global.out_dtype != DType::bf16 && global.out_dtype != DType::fp16) {
+    throw InvalidArgument("out_dtype", -1, std::string(to_string(global.out_dtype)),
+                          "Helix partial outputs are bf16 or fp16");
+  }
+  std::vector<int> rank_devices(static_cast<std::size_t>(cp), 0);
+  switch (options_.mode) {
+    case HelixMode::host:
+      exchange_ = make_in_process_exchange(cp, Location::host());
+      break;
+    case HelixMode::device: {
+      if (options_.devices.size() > 1) {
+        throw InvalidArgument("devices", -1, std::to_string(options_.devices.size()),
+                              "in-process device mode runs every rank on one GPU");
+      }
+      const int device = options_.devices.empty() ? 0 : options_.devices.front();
+      std::fill(rank_devices.begin(), rank_devices.end(), device);
+      exchange_ = make_in_process_exchange(cp, Location::cuda(device));
+      break;
+    }
+    case HelixMode::nccl:
+      if (static_cast<std::int32_t>(options_.devices.size()) != cp) {
+        throw InvalidArgument("devices", -1, std::to_string(options_.devices.size()),
+                              "NCCL mode needs one device per rank (cp = " + std::to_string(cp) +
+                                  ")");
+      }
+      rank_devices = options_.devices;
+#if defined(HELIXMLA_WITH_NCCL)
+      exchange_ = make_nccl_exchange(options_.devices, NcclOptions::from_environment());
+#else
+      throw InvalidArgument("mode", -1, "nccl", "this build has no NCCL support");
+#endif
+      break;
+  }
+
+  shape_ = ExchangeShape{cp, global.num_tokens(), global.num_heads, global.dims.kv_lora_rank,
+                         global.out_dtype};
+  const bool device_mode = options_.mode != HelixMode::host;
+  if (device_mode && !options_.runtime.environment) {
+    options_.runtime.environment = Environment::detect();
+  }
+
+  std::map<int, std::shared_ptr<Memory>> q_on, pool_on;
+  void* shared_stream = nullptr;
+  for (std::int32_t r = 0; r < cp; ++r) {
+    auto rank = std::make_unique<Rank>();
+    rank->rank = r;
+    const int device = rank_devices[static_cast<std::size_t>(r)];
+    rank->where = device_mode ? Location::cuda(device) : Location::host();
+    rank->heads = shape_.heads_of(r);
+    rank->meta = helix_localize(global, cp, r);
+
+    const Location where = rank->where;
+    const std::size_t out_row = static_cast<std::size_t>(shape_.width) * shape_.element_bytes();
+    const auto tokens = static_cast<std::size_t>(shape_.tokens);
+    rank->partial = Memory(where, shape_.send_partial_bytes());
+    rank->partial_stats = Memory(where, shape_.send_stats_bytes());
+    rank->send_partial = Memory(where, shape_.send_partial_bytes());
+    rank->send_stats = Memory(where, shape_.send_stats_bytes());
+    rank->recv_partial = Memory(where, shape_.recv_partial_bytes(r));
+    rank->recv_stats = Memory(where, shape_.recv_stats_bytes(r));
+    rank->out = Memory(where, tokens * static_cast<std::size_t>(rank->heads.count) * out_row);
+    rank->out_stats =
+        Memory(where, tokens * static_cast<std::size_t>(rank->heads.count) * 2 * sizeof(float));
+
+    rank->problem = helix_local_problem(global, rank->meta, rank->partial.data(),
+                                        static_cast<float*>(rank->partial_stats.data()));
+    if (device_mode) {
+#if defined(HELIXMLA_WITH_CUDA)
+      if (!q_on[device]) {
+        q_on[device] = std::make_shared<Memory>(where, q_bytes(global));
+        q_on[device]->upload(global.q, q_bytes(global));
+        pool_on[device] = std::make_shared<Memory>(where, pool_bytes(global));
+        pool_on[device]->upload(global.kv.pool, pool_bytes(global));
+      }
+      rank->q = q_on[device];
+      rank->pool = pool_on[device];
+      rank->problem.location = where;
+      rank->problem.q = rank->q->data();
+      rank->problem.kv.pool = rank->pool->data();
+
+      HELIXMLA_CUDA_CHECK(cudaSetDevice(device));
+      if (options_.mode == HelixMode::nccl || shared_stream == nullptr) {
+        cudaStream_t stream = nullptr;
+        HELIXMLA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+        rank->stream = stream;
+        rank->owns_stream = true;
+        shared_stream = stream;
+      } else {
+        rank->stream = shared_stream;
+      }
+      for (void*& e : rank->events) {
+        cudaEvent_t event = nullptr;
+        HELIXMLA_CUDA_CHECK(cudaEventCreate(&event));
+        e = event;
+      }
+#else
+      no_cuda();
+#endif
+    }
+
+    RuntimeOptions runtime_options = options_.runtime;
+    if (device_mode) runtime_options.environment->device = device;
+    rank->runtime = std::make_unique<Runtime>(std::move(runtime_options));
+    rank->workspace = Memory(where, rank->runtime->workspace_bytes(rank->problem));
+    rank->run = rank->runtime->prepare(rank->problem,
+                                       Workspace{rank->workspace.data(), rank->workspace.bytes()},
+                                       rank->stream);
+    ranks_.push_back(std::move(rank));
+  }
+#if defined(HELIXMLA_WITH_CUDA)
+  for (const auto& rank : ranks_) {
+    if (!rank->on_device()) continue;
+    HELIXMLA_CUDA_CHECK(cudaSetDevice(rank->where.device));
+    HELIXMLA_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(rank->stream)));
+  }
+#endif
+}
+
+HelixDriver::~HelixDriver() = default;
+
+void HelixDriver::enqueue_step(bool record_events,
+                               std::array<std::chrono::steady_clock::time_point, 4>* host_marks) {
+  auto select_device = [](const Rank& rank) {
+#if defined(HELIXMLA_WITH_CUDA)
+    if (rank.on_device()) HELIXMLA_CUDA_CHECK(cudaSetDevice(rank.where.device));
+#else
+    (void)rank;
+#endif
+  };
+  auto mark = [&](int boundary) {
+    if (host_marks != nullptr) (*host_marks)[static_cast<std::size_t>(boundary)] = Clock::now();
+#if defined(HELIXMLA_WITH_CUDA)
+    if (!record_events) return;
+    for (const auto& rank : ranks_) {
+      if (!rank->on_device()) continue;
+      select_device(*rank);
+      HELIXMLA_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(rank->events[boundary]),
+                                          static_cast<cudaStream_t>(rank->stream)));
+    }
+#else
+    (void)record_events;
+#endif
+  };
+
+  mark(0);
+  for (const auto& rank : ranks_) {
+    select_device(*rank);
+    rank->run->enqueue(rank->stream);
+  }
+  mark(1);
+  std::vector<RankBuffers> buffers;
+  for (const auto& rank : ranks_) {
+    select_device(*rank);
+    auto* stats = static_cast<const float*>(rank->partial_stats.data());
+    auto* send_stats = static_cast<float*>(rank->send_stats.data());
+    if (rank->on_device()) {
+#if defined(HELIXMLA_WITH_CUDA)
+      pack_send_device(shape_, rank->partial.data(), stats, rank->send_partial.data(), send_stats,
+                       rank->stream);
+#endif
+    } else {
+      pack_send_host(shape_, rank->partial.data(), stats, rank->send_partial.data(), send_stats);
+    }
+    buffers.push_back(RankBuffers{rank->rank, rank->send_partial.data(), send_stats,
+                                  rank->recv_partial.data(),
+                                  static_cast<float*>(rank->recv_stats.data()), rank->stream});
+  }
+  exchange_->all_to_all(shape_, buffers);
+  mark(2);
+  for (const auto& rank : ranks_) {
+    select_device(*rank);
+    HelixCombineArgs args;
+    args.cp = shape_.cp;
+    args.tokens = shape_.tokens;
+    args.heads = rank->heads.count;
+    args.width = shape_.width;
+    args.partial = rank->recv_partial.data();
+    args.partial_dtype = shape_.partial_dtype;
+    args.stats = static_cast<const float*>(rank->recv_stats.data());
+    args.out = rank->out.data();
+    args.out_dtype = global_.out_dtype;
+    args.out_stats = static_cast<float*>(rank->out_stats.data());
+    if (rank->on_device()) {
+#if defined(HELIXMLA_WITH_CUDA)
+      helix_combine_device(args, rank->stream);
+#endif
+    } else {
+      helix_combine_host(args);
+    }
+  }
+  mark(3);
+}
+
+HelixStepTimes HelixDriver::step() {
+  HelixStepTimes times;
+  if (options_.mode == HelixMode::host) {
+    // Host phases run synchronously, so the phase boundaries are clock reads.
+    std::array<Clock::time_point, 4> marks;
+    enqueue_step(false, &marks);
+    auto us = [&](int from, int to) {
+      return std::chrono::duration<double, std::micro>(marks[to] - marks[from]).count();
+    };
+    times.attention_us = us(0, 1);
+    times.exchange_us = us(1, 2);
+    times.combine_us = us(2, 3);
+    times.total_us = us(0, 3);
+    return times;
+  }
+#if defined(HELIXMLA_WITH_CUDA)
+  enqueue_step(true, nullptr);
+  std::vector<void*> streams;
+  for (const auto& rank : ranks_) streams.push_back(rank->stream);
+  exchange_->wait(streams);
+  auto elapsed = [](void* from, void* to) {
+    float ms = 0.0f;
+    HELIXMLA_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(from),
+                                             static_cast<cudaEvent_t>(to)));
+    return 1000.0 * ms;
+  };
+  for (const auto& rank : ranks_) {
+    HELIXMLA_CUDA_CHECK(cudaSetDevice(rank->where.device));
+    times.attention_us = std::max(times.attention_us, elapsed(rank->events[0], rank->events[1]));
+    times.exchange_us = std::max(times.exchange_us, elapsed(rank->events[1], rank->events[2]));
+    times.combine_us = std::max(times.combine_us, elapsed(rank->events[2], rank->events[3]));
+    times.total_us = std::max(times.total_us, elapsed(rank->events[0], rank->events[3]));
+  }
+  return times;
+#else
+  no_cuda();
+#endif
+}
+
+std::optional<double> HelixDriver::graph_step_us(std::string* why_not) {
+  auto refuse = [&](std::string reason) -> std::optional<double> {
+    if (why_not != nullptr) *why_not = std::move(reason);
+    return std::nullopt;
+  };
+  if (options_.mode == HelixMode::host) return refuse("host mode has no CUDA graphs");
+#if defined(HELIXMLA_WITH_CUDA)
+  if (!graphs_) {
+    auto graphs = std::make_unique<Graphs>();
+    for (const auto& rank : ranks_) {
+      if (!rank->owns_stream) continue;
+      Graphs::Captured c;
+      c.stream = rank->stream;
+      c.device = rank->where.device;
+      graphs->streams.push_back(c);
+    }
+    for (auto& c : graphs->streams) {
+      HELIXMLA_CUDA_CHECK(cudaSetDevice(c.device));
+      HELIXMLA_CUDA_CHECK(cudaStreamBeginCapture(static_cast<cudaStream_t>(c.stream),
+                                                 cudaStreamCaptureModeThreadLocal));
+    }
+    std::string failure;
+    try {
+      enqueue_step(false, nullptr);
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+    for (auto& c : graphs->streams) {
+      HELIXMLA_CUDA_CHECK(cudaSetDevice(c.device));
+      const cudaError_t end = cudaStreamEndCapture(static_cast<cudaStream_t>(c.stream), &c.graph);
+      if (end != cudaSuccess && failure.empty()) {
+        failure = std::string("cudaStreamEndCapture: ") + cudaGetErrorString(end);
+      }
+    }
+    if (failure.empty()) {
+      for (auto& c : graphs->streams) {
+        HELIXMLA_CUDA_CHECK(cudaSetDevice(c.device));
+        const cudaError_t made = cudaGraphInstantiate(&c.exec, c.graph, 0);
+        if (made != cudaSuccess) {
+          failure = std::string("cudaGraphInstantiate: ") + cudaGetErrorString(made);
+          break;
+        }
+        HELIXMLA_CUDA_CHECK(cudaEventCreate(&c.start));
+        HELIXMLA_CUDA_CHECK(cudaEventCreate(&c.stop));
+      }
+    }
+    if (!failure.empty()) {
+      cudaGetLastError();
+      return refuse("capture failed: " + failure);
+    }
+    graphs_ = std::move(graphs);
+  }
+  std::vector<void*> streams;
+  for (auto& c : graphs_->streams) {
+    HELIXMLA_CUDA_CHECK(cudaSetDevice(c.device));
+    const auto stream = static_cast<cudaStream_t>(c.stream);
+    HELIXMLA_CUDA_CHECK(cudaEventRecord(c.start, stream));
+    HELIXMLA_CUDA_CHECK(cudaGraphLaunch(c.exec, stream));
+    HELIXMLA_CUDA_CHECK(cudaEventRecord(c.stop, stream));
+    streams.push_back(c.stream);
+  }
+  exchange_->wait(streams);
+  double slowest = 0.0;
+  for (auto& c : graphs_->streams) {
+    float ms = 0.0f;
+    HELIXMLA_CUDA_CHECK(cudaSetDevice(c.device));
+    HELIXMLA_CUDA_CHECK(cudaEventElapsedTime(&ms, c.start, c.stop));
+    slowest = std::max(slowest, 1000.0 * ms);
+  }
+  return slowest;
+#else
+  return refuse("this build has no CUDA support");
+#endif
+}
+
+void HelixDriver::fetch_output(void* out, float* stats) const {
+  const std::size_t head_bytes = static_cast<std::size_t>(shape_.width) * shape_.element_bytes();
+  const std::size_t heads = static_cast<std::size_t>(shape_.heads);
+  const auto tokens = static_cast<std::size_t>(shape_.tokens);
+  for (const auto& rank : ranks_) {
+    const auto count = static_cast<std::size_t>(rank->heads.count);
+    const auto begin = static_cast<std::size_t>(rank->heads.begin);
+#if defined(HELIXMLA_WITH_CUDA)
+    if (rank->on_device()) HELIXMLA_CUDA_CHECK(cudaSetDevice(rank->where.device));
+#endif
+    if (out != nullptr) {
+      copy_rows(static_cast<std::byte*>(out) + begin * head_bytes, heads * head_bytes,
+                rank->out.data(), count * head_bytes, count * head_bytes, tokens,
+                rank->on_device());
+    }
+    if (stats != nullptr) {
+      const std::size_t stat_bytes = 2 * sizeof(float);
+      copy_rows(reinterpret_cast<std::byte*>(stats) + begin * stat_bytes, heads * stat_bytes,
+                rank->out_stats.data(), count * stat_bytes, count * stat_bytes, tokens,
+                rank->on_device());
+    }
+  }
+}
+
+std::string HelixDriver::backends() const {
+  const Rank& rank = *ranks_.front();
+  const Selection selection = rank.runtime->select(rank.problem);
+  std::string text;
+  if (selection.context) text += "context: " + selection.context->choice;
+  if (selection.generation) {
+    if (!text.empty()) text += ", ";
+    text += "generation: " + selection.generation->choice;
+  }
+  return text;
+}
+
+std::string HelixDriver::exchange_name() const { return std::string(exchange_->name()); }
+
+}  // namespace helixmla::dist

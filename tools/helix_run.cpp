@@ -1,0 +1,243 @@
+#include "helix_run.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "compare.hpp"
+#include "dist/helix_driver.hpp"
+#include "helixmla/reference.hpp"
+#include "helixmla/runtime.hpp"
+#include "naive_attention.hpp"
+#include "synthetic_batch.hpp"
+
+#if defined(HELIXMLA_WITH_CUDA)
+#include <cuda_runtime.h>
+
+#include "device_batch.hpp"
+#include "gpu_measure.hpp"
+#endif
+
+namespace helixmla::tools {
+
+namespace {
+
+// Above this many multiply-adds the single-threaded naive float64 check
+// takes too long; the threaded float64 reference serves instead.
+constexpr double kNaiveWorkLimit = 2e9;
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+dist::HelixMode choose_mode(const ProblemFlags& flags, int cp, const std::vector<int>& devices) {
+  if (devices.size() > 1) {
+    if (static_cast<int>(devices.size()) != cp) {
+      throw CLI::ValidationError("--devices", fmt::format("{} devices given for --cp {}: NCCL mode "
+                                                          "needs one device per rank",
+                                                          devices.size(), cp));
+    }
+    return dist::HelixMode::nccl;
+  }
+  if (!devices.empty()) return dist::HelixMode::device;
+#if defined(HELIXMLA_WITH_CUDA)
+  if (flags.backend != "cpu" && testing::cuda_device_count() > 0) return dist::HelixMode::device;
+#endif
+  (void)flags;
+  return dist::HelixMode::host;
+}
+
+std::string describe(dist::HelixMode mode, const std::vector<int>& devices) {
+  switch (mode) {
+    case dist::HelixMode::host: return "in process on the CPU";
+    case dist::HelixMode::device:
+      return fmt::format("in process on GPU {}", devices.empty() ? 0 : devices.front());
+    case dist::HelixMode::nccl: return fmt::format("NCCL on GPUs {}", fmt::join(devices, ","));
+  }
+  return "";
+}
+
+double multiply_adds(const Problem& p) {
+  double work = 0.0;
+  for (std::int32_t r = 0; r < p.num_requests(); ++r) {
+    work += static_cast<double>(p.q_len[r]) * p.kv_len[r];
+  }
+  return work * p.num_heads * (p.dims.head_dim() + p.dims.kv_lora_rank);
+}
+
+// The non-Helix result in float64: the naive implementation when it is quick,
+// else the threaded reference (rounded to the output dtype).
+std::vector<double> expected_output(testing::SyntheticBatch& batch, std::string* which) {
+  const Problem whole = batch.problem();
+  if (multiply_adds(whole) <= kNaiveWorkLimit) {
+    *which = "naive float64";
+    return testing::naive_attention(whole).out;
+  }
+  *which = "reference (threaded float64)";
+  std::vector<std::byte> out(batch.out_bytes());
+  Problem p = whole;
+  p.out = out.data();
+  p.stats = {};
+  reference_attention(p);
+  std::vector<double> values(out.size() / dtype_size(p.out_dtype));
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    values[i] = load_as_float(out.data(), p.out_dtype, static_cast<std::int64_t>(i));
+  }
+  return values;
+}
+
+struct Baseline {
+  std::optional<double> us;
+  std::string note;
+};
+
+// The whole batch through the runtime on one GPU, without Helix.
+Baseline time_baseline(testing::SyntheticBatch& batch, const RuntimeOptions& options, int device,
+                       int repeat, bool graphs) {
+  Baseline baseline;
+#if defined(HELIXMLA_WITH_CUDA)
+  cuda_ok(cudaSetDevice(device), "cudaSetDevice");
+  RuntimeOptions runtime_options = options;
+  runtime_options.environment = Environment::detect();
+  runtime_options.environment->device = device;
+  Runtime runtime(runtime_options);
+  testing::DeviceBatch device_batch(batch, device);
+  const Problem problem = device_batch.problem();
+  cudaStream_t stream = nullptr;
+  cuda_ok(cudaStreamCreate(&stream), "cudaStreamCreate");
+  {
+    testing::DeviceBuffer workspace(runtime.workspace_bytes(problem));
+    auto run = runtime.prepare(problem, {workspace.data(), workspace.bytes()}, stream);
+    baseline.us = time_runs({run.get()}, stream, 1, repeat, graphs).median_us;
+  }
+  cudaStreamDestroy(stream);
+#else
+  (void)batch, (void)options, (void)device, (void)repeat, (void)graphs;
+  baseline.note = "no CUDA";
+#endif
+  return baseline;
+}
+
+}  // namespace
+
+void add_helix_flags(CLI::App& command, HelixRunOptions& options) {
+  command.add_flag("--no-graphs{false}", options.graphs,
+                   "Helix on a GPU: skip timing whole-step CUDA graph replays");
+  command.add_flag("--no-baseline{false}", options.baseline,
+                   "Helix on a GPU: skip timing the batch without Helix on one GPU");
+}
+
+int run_helix_command(const ProblemFlags& flags, int cp, const std::vector<int>& devices, bool json,
+                      const HelixRunOptions& options) {
+  if (cp < 1) throw CLI::ValidationError("--cp", "must be at least 1");
+  testing::SyntheticBatch batch(to_batch_spec(flags));
+  const Problem global = batch.problem();
+
+  dist::HelixDriverOptions driver_options;
+  driver_options.cp = cp;
+  driver_options.mode = choose_mode(flags, cp, devices);
+  driver_options.devices = devices;
+  driver_options.runtime.forced_backend = flags.backend;
+  dist::HelixDriver driver(global, driver_options);
+  const bool on_device = driver.mode() != dist::HelixMode::host;
+
+  const int repeat = std::max(1, options.repeat);
+  if (repeat > 1) driver.step();  // warm-up
+  std::vector<double> attention, exchange, combine, total;
+  for (int i = 0; i < repeat; ++i) {
+    const dist::HelixStepTimes t = driver.step();
+    attention.push_back(t.attention_us);
+    exchange.push_back(t.exchange_us);
+    combine.push_back(t.combine_us);
+    total.push_back(t.total_us);
+  }
+  std::vector<std::byte> out(batch.out_bytes());
+  driver.fetch_output(out.data(), nullptr);
+
+  std::optional<double> graph_us;
+  std::string graph_note;
+  if (on_device && options.graphs) {
+    std::vector<double> replays;
+    for (int i = 0; i < repeat + 1; ++i) {
+      const std::optional<double> us = driver.graph_step_us(&graph_note);
+      if (!us) break;
+      if (i > 0) replays.push_back(*us);  // the first replay warms up
+    }
+    if (!replays.empty()) graph_us = median(replays);
+  }
+  Baseline baseline;
+  if (on_device && options.baseline) {
+    baseline = time_baseline(batch, driver_options.runtime, devices.empty() ? 0 : devices.front(),
+                             repeat, options.graphs);
+  }
+
+  std::string reference_name;
+  const std::vector<double> expected = expected_output(batch, &reference_name);
+  const testing::Comparison error = testing::compare(out.data(), global.out_dtype, expected);
+  const double tolerance = batch.spec().kv_dtype == DType::fp8_e4m3 ? 3e-2 : 1e-2;
+  const bool pass = error.within(tolerance);
+
+  const double step_us = graph_us.value_or(median(total));
+  std::optional<double> speedup;
+  if (baseline.us && step_us > 0.0) speedup = *baseline.us / step_us;
+  const std::string backends = driver.backends();
+
+  if (json) {
+    nlohmann::json j = {{"backend", backends},
+                        {"cp", cp},
+                        {"mode", describe(driver.mode(), devices)},
+                        {"exchange", driver.exchange_name()},
+                        {"attention_us", median(attention)},
+                        {"exchange_us", median(exchange)},
+                        {"combine_us", median(combine)},
+                        {"total_us", median(total)},
+                        {"repeat", repeat},
+                        {"max_abs_err", error.max_abs_err},
+                        {"rel_l2_err", error.rel_l2_err},
+                        {"non_finite", error.non_finite},
+                        {"reference", reference_name},
+                        {"pass", pass}};
+    j["graph_total_us"] = graph_us ? nlohmann::json(*graph_us) : nlohmann::json(nullptr);
+    if (!graph_note.empty() && !graph_us) j["graph_note"] = graph_note;
+    j["baseline_us"] = baseline.us ? nlohmann::json(*baseline.us) : nlohmann::json(nullptr);
+    j["speedup"] = speedup ? nlohmann::json(*speedup) : nlohmann::json(nullptr);
+    std::cout << j.dump() << "\n";
+  } else {
+    const auto& spec = batch.spec();
+    std::cout << fmt::format(
+        "helixmla run --cp {}: {} heads, {} generations x q_len {}, {} contexts, page {}, kv {}; "
+        "ranks {} ({})\n",
+        cp, spec.heads, spec.generations, spec.q_len, spec.contexts, spec.page_size,
+        to_string(spec.kv_dtype), describe(driver.mode(), devices), driver.exchange_name());
+    std::cout << fmt::format("{:<32} {:>3} {:>13} {:>12} {:>11} {:>10} {:>10} {:>11} {:>10}\n",
+                             "backend", "cp", "attention_us", "exchange_us", "combine_us",
+                             "total_us", "graph_us", "max_abs_err", "rel_l2");
+    std::cout << fmt::format(
+        "{:<32} {:>3} {:>13.1f} {:>12.1f} {:>11.1f} {:>10.1f} {:>10} {:>11.3e} {:>10.3e}\n",
+        backends, cp, median(attention), median(exchange), median(combine), median(total),
+        graph_us ? fmt::format("{:.1f}", *graph_us) : std::string("-"), error.max_abs_err,
+        error.rel_l2_err);
+    if (!graph_us && !graph_note.empty()) std::cout << "graphs: " << graph_note << "\n";
+    if (baseline.us) {
+      std::cout << fmt::format("without Helix on one GPU: {:.1f} us; whole-step speedup {:.2f}x\n",
+                               *baseline.us, speedup.value_or(0.0));
+    }
+    std::cout << fmt::format("result: {} against the {} (relative L2 tolerance {:.0e}{}), median of {}\n",
+                             pass ? "PASS" : "FAIL", reference_name, tolerance,
+                             error.non_finite
+                                 ? fmt::format(", {} non-finite outputs", error.non_finite)
+                                 : "",
+                             repeat);
+  }
+  return pass ? 0 : 1;
+}
+
+}  // namespace helixmla::tools
