@@ -465,9 +465,9 @@ class ProfileCatalog final : public KernelCatalog {
     if (!verdict && lookup_at_run) {
       // The replayed system chose this backend on its admission alone; the
       // lookup that fails here happened only when the call ran.
-      variant.name += " (not built)";
+      variant = {};
       verdict = Verdict::yes(std::string(kFailsAtRun) + verdict.reason +
-                             " (this system looks its kernels up only at run time)");
+                             "; admitted because this system looks its kernels up only when the call runs");
     }
     if (verdict && chosen) *chosen = variant;
     return verdict;

@@ -35,11 +35,16 @@ Candidate assess(const Backend& backend, const PhaseShape& shape, const Environm
   }
   candidate.capable = true;
   candidate.kernel = variant.name;
-  std::string& reason = candidate.reason;
-  if (!checked.reason.empty()) reason = checked.reason + "; ";
-  reason += "kernel " + (variant.name.empty() ? std::string("(unnamed)") : variant.name);
-  reason += variant.precompiled ? " (precompiled)" : " (JIT)";
-  if (!kernel.reason.empty() && kernel.reason != variant.name) reason += "; " + kernel.reason;
+  const auto add = [&](std::string_view part) {
+    if (!candidate.reason.empty()) candidate.reason += "; ";
+    candidate.reason += part;
+  };
+  if (!checked.reason.empty()) add(checked.reason);
+  // A catalog that names no variant still has the final word; its note says why.
+  if (!variant.name.empty()) {
+    add("kernel " + variant.name + (variant.precompiled ? " (precompiled)" : " (JIT)"));
+  }
+  if (!kernel.reason.empty() && kernel.reason != variant.name) add(kernel.reason);
   return candidate;
 }
 

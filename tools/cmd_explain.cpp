@@ -1,0 +1,166 @@
+// `helixmla explain`: every backend's verdict on each phase of a batch and the
+// choice the selector makes, for this machine or one named by --arch, with
+// the built-in backends or a profile's.
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "core/candidates.hpp"
+#include "decision_json.hpp"
+#include "helixmla/error.hpp"
+#include "helixmla/profile.hpp"
+#include "helixmla/runtime.hpp"
+#include "problem_flags.hpp"
+
+namespace helixmla::tools {
+
+namespace {
+
+struct ExplainFlags {
+  ProblemFlags problem;
+  std::string arch;
+  int cp = 1;
+  std::string profile;
+  std::string perf_table;
+  bool json = false;
+};
+
+struct PhaseVerdict {
+  Decision decision;   // choice empty when no backend can run the phase
+  std::string error;   // why not, when no choice was made
+  bool fails_at_run = false;
+};
+
+std::string phase_name(PhaseKind kind) { return kind == PhaseKind::context ? "context" : "generation"; }
+
+Environment explained_machine(const std::string& arch_flag) {
+  Environment env = Environment::detect();
+  if (arch_flag.empty()) return env;
+  const Arch arch = *parse_arch(arch_flag);
+  if (arch != env.arch) {
+    // A machine described, not this one: same build, GPU present, NVRTC installed.
+    env.arch = arch;
+    env.device_count = arch == Arch::none ? 0 : 1;
+    env.nvrtc = arch != Arch::none;
+  }
+  return env;
+}
+
+PhaseVerdict explain_phase(const Selector& selector, const PhaseShape& shape, const std::string& forced) {
+  PhaseVerdict verdict;
+  try {
+    verdict.decision = selector.select(shape, forced);
+    for (const Candidate& c : verdict.decision.candidates) {
+      if (c.backend == verdict.decision.choice) verdict.fails_at_run = fails_at_run(c);
+    }
+  } catch (const NoCapableBackend& e) {
+    verdict.decision.shape = shape;
+    verdict.decision.candidates = assess_all(selector.backends(), shape, selector.environment());
+    verdict.error = e.what();
+  }
+  return verdict;
+}
+
+nlohmann::json phase_json(const PhaseVerdict& v) {
+  const Decision& d = v.decision;
+  nlohmann::json out = {{"phase", phase_name(d.shape.phase)}, {"shape", describe(d.shape)}};
+  out["choice"] = d.choice.empty() ? nlohmann::json(nullptr) : nlohmann::json(d.choice);
+  out["rule"] = d.rule.empty() ? nlohmann::json(nullptr) : nlohmann::json(d.rule);
+  std::string kernel;
+  for (const Candidate& c : d.candidates) {
+    if (c.backend == d.choice) kernel = c.kernel;
+  }
+  out["kernel"] = kernel.empty() ? nlohmann::json(nullptr) : nlohmann::json(kernel);
+  out["fails_at_run"] = v.fails_at_run;
+  out["error"] = v.error.empty() ? nlohmann::json(nullptr) : nlohmann::json(v.error);
+  out["candidates"] = candidates_json(d.candidates);
+  return out;
+}
+
+void explain(const ExplainFlags& flags) {
+  const Environment env = explained_machine(flags.arch);
+  std::vector<BackendPtr> backends;
+  std::string source = "built-in backends";
+  if (!flags.profile.empty()) {
+    Profile profile = load_profile(flags.profile);
+    source = fmt::format("profile {} ({})", profile.name, profile.origin);
+    backends = std::move(profile.backends);
+  } else {
+    backends = builtin_backends();
+  }
+  std::string table_path = flags.perf_table;
+  if (table_path.empty() && flags.profile.empty()) {
+    if (const char* from_env = std::getenv("HELIXMLA_PERF_TABLE")) table_path = from_env;
+  }
+  PerfTable table = table_path.empty() ? PerfTable{} : PerfTable::load(table_path);
+  const Selector selector(std::move(backends), env, std::move(table));
+
+  std::vector<PhaseVerdict> verdicts;
+  for (const PhaseShape& shape : phase_shapes(flags.problem, env, flags.cp)) {
+    verdicts.push_back(explain_phase(selector, shape, flags.problem.backend));
+  }
+  bool failed = false;
+  for (const PhaseVerdict& v : verdicts) failed = failed || !v.error.empty() || v.fails_at_run;
+
+  if (flags.json) {
+    // The top level is the generation phase when there is one (the last),
+    // so single-phase batches read as one flat object; "phases" has them all.
+    nlohmann::json out = phase_json(verdicts.back());
+    out["arch"] = std::string(to_string(env.arch));
+    out["backends"] = source;
+    out["phases"] = nlohmann::json::array();
+    for (const PhaseVerdict& v : verdicts) out["phases"].push_back(phase_json(v));
+    std::cout << out.dump(2) << "\n";
+  } else {
+    std::cout << fmt::format("{} on {} (NVRTC {})\n", source, to_string(env.arch), env.nvrtc ? "yes" : "no");
+    for (const PhaseVerdict& v : verdicts) {
+      std::cout << "\nphase " << phase_name(v.decision.shape.phase) << "\n" << v.decision.trace();
+      if (!v.error.empty()) std::cout << "error: " << v.error << "\n";
+      if (v.fails_at_run) {
+        std::cout << fmt::format(
+            "warning: {} is chosen by this system's routing but its kernel lookup fails when the call runs\n",
+            v.decision.choice);
+      }
+    }
+  }
+  if (failed) throw CLI::RuntimeError(1);
+}
+
+}  // namespace
+
+void add_explain_command(CLI::App& app) {
+  auto flags = std::make_shared<ExplainFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "explain",
+      "Show every backend's verdict on each phase of a batch and the selector's choice. Exit 0 when every "
+      "phase has a backend, 1 when one has none (or the chosen profile backend fails at run time), 2 for bad flags.");
+  add_problem_flags(*cmd, flags->problem);
+  cmd->add_option("--arch", flags->arch,
+                  "GPU architecture to explain for (none, sm80, sm86, sm89, sm90, sm100, sm103, sm120); default: this "
+                  "machine's. Another architecture describes a machine with this build's backends and NVRTC")
+      ->check([](const std::string& value) {
+        return parse_arch(value) ? std::string() : "unknown architecture " + value;
+      });
+  cmd->add_option("--cp", flags->cp, "Helix context-parallel size; > 1 turns Helix on (with float32 stats)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--profile", flags->profile,
+                  "Explain with a profile's described backends (a name such as trtllm, or a .json path) instead "
+                  "of the built-in ones");
+  cmd->add_option("--perf-table", flags->perf_table,
+                  "Measured performance table (JSON) to choose among capable backends; default "
+                  "$HELIXMLA_PERF_TABLE for built-in backends");
+  cmd->add_flag("--json", flags->json,
+                "Print JSON: phase, shape, choice, rule, kernel, fails_at_run, error, candidates[] (backend, "
+                "available, capable, reason, kernel, measured_us); the top level is the generation phase and "
+                "\"phases\" lists every phase");
+  cmd->callback([flags] { explain(*flags); });
+}
+
+}  // namespace helixmla::tools

@@ -1,0 +1,177 @@
+// `helixmla sweep`: run the whole supported space through the selector, for
+// the built-in backends or a profile, and report who wins where and every
+// shape nothing can run. Pictures of heads x page size go to --out.
+//
+// Extension point: a mode that also executes each point on a GPU passes a
+// SweepHooks::visit callback to sweep(); it receives every point (phase shape,
+// environment, decision) in order.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "core/sweep.hpp"
+#include "decision_json.hpp"
+#include "helixmla/profile.hpp"
+#include "helixmla/runtime.hpp"
+
+namespace helixmla::tools {
+
+namespace {
+
+struct SweepFlags {
+  std::string profile;
+  std::vector<std::string> archs;
+  std::string out = "sweep-out";
+  bool json = false;
+};
+
+std::string space_summary(const SweepSpace& s) {
+  std::string helix = s.helix.size() == 2 ? "Helix off and on" : (s.helix.front() ? "Helix on" : "Helix off");
+  std::string pages;
+  for (std::int32_t p : s.page_sizes) pages += (pages.empty() ? "" : ",") + std::to_string(p);
+  std::string dtypes;
+  for (DType d : s.kv_dtypes) dtypes += (dtypes.empty() ? "" : ",") + std::string(to_string(d));
+  const bool contexts = std::find(s.phases.begin(), s.phases.end(), PhaseKind::context) != s.phases.end();
+  // Without context phases a mixed batch adds nothing: its generation part has the plain batch's shape.
+  const char* batches = !contexts ? "generation phases" : (s.mixed_batches ? "plain and mixed batches" : "plain batches");
+  return fmt::format("heads {}..{}, q_len {}..{}, pages {}, KV {}, {}, {}", s.heads.front(), s.heads.back(),
+                     s.q_lens.front(), s.q_lens.back(), pages, dtypes, helix, batches);
+}
+
+void print_issue(std::ostream& out, const SweepIssue& issue) {
+  out << "  " << to_string(issue.arch) << " " << describe(issue.shape) << "\n";
+  for (const Candidate& c : issue.candidates) out << "      " << c.backend << ": " << c.reason << "\n";
+}
+
+nlohmann::json issues_json(const std::vector<SweepIssue>& issues) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const SweepIssue& issue : issues) {
+    out.push_back({{"arch", std::string(to_string(issue.arch))},
+                   {"shape", describe(issue.shape)},
+                   {"candidates", candidates_json(issue.candidates)}});
+  }
+  return out;
+}
+
+void run_sweep(const SweepFlags& flags) {
+  SweepSpace space;
+  std::vector<BackendPtr> backends;
+  std::string source = "built-in backends";
+  std::string file_prefix = "builtin";
+  if (!flags.profile.empty()) {
+    Profile profile = load_profile(flags.profile);
+    source = fmt::format("profile {} ({})", profile.name, profile.origin);
+    file_prefix = profile.name;
+    space.archs = profile.archs;
+    space.phases = profile.phases;
+    space.device_tensors = true;  // a profile describes GPU libraries
+    backends = std::move(profile.backends);
+  } else {
+    backends = builtin_backends();
+#if defined(HELIXMLA_WITH_CUDA)
+    space.device_tensors = true;  // with CUDA backends built, GPU machines hold tensors on the device
+#endif
+  }
+  if (!flags.archs.empty()) {
+    space.archs.clear();
+    for (const std::string& name : flags.archs) space.archs.push_back(*parse_arch(name));
+  }
+
+  std::cerr << fmt::format("sweep: {} over {} architecture(s): {}\n", source, space.archs.size(),
+                           space_summary(space));
+  SweepHooks hooks;
+  int last_percent = -1;
+  hooks.progress = [&](Arch arch, double done) {
+    const int percent = static_cast<int>(done * 100.0);
+    if (percent == last_percent) return;
+    last_percent = percent;
+    std::cerr << fmt::format("sweep: {:>3}% ({})\n", percent, to_string(arch));
+  };
+  const SweepResult result = sweep(backends, space, hooks);
+
+  std::filesystem::create_directories(flags.out);
+  std::vector<std::string> pictures;
+  for (const SweepArch& arch : result.archs) {
+    const std::string path = (std::filesystem::path(flags.out) /
+                              fmt::format("{}-{}.svg", file_prefix, to_string(arch.arch))).string();
+    std::ofstream(path) << sweep_svg(result, arch);
+    pictures.push_back(path);
+  }
+
+  if (flags.json) {
+    nlohmann::json out;
+    out["backends_source"] = source;
+    out["space"] = space_summary(space);
+    out["backends"] = result.backends;
+    out["archs"] = nlohmann::json::array();
+    for (const SweepArch& a : result.archs) {
+      out["archs"].push_back({{"arch", std::string(to_string(a.arch))},
+                              {"points", a.points},
+                              {"unroutable_points", a.unroutable_points},
+                              {"wins", a.wins}});
+    }
+    out["points"] = result.points();
+    out["unroutable"] = issues_json(result.unroutable);
+    out["fails_at_run"] = issues_json(result.fails_at_run);
+    out["pictures"] = pictures;
+    std::cout << out.dump(2) << "\n";
+  } else {
+    std::ostringstream text;
+    text << fmt::format("sweep of {}: {} selections ({})\n\n", source, result.points(), space_summary(space));
+    text << fmt::format("{:<7} {:>9}", "arch", "points");
+    for (const std::string& b : result.backends) text << fmt::format(" {:>{}}", b, std::max<std::size_t>(b.size(), 8));
+    text << fmt::format(" {:>10}\n", "unroutable");
+    for (const SweepArch& a : result.archs) {
+      text << fmt::format("{:<7} {:>9}", to_string(a.arch), a.points);
+      for (const std::string& b : result.backends) {
+        const auto it = a.wins.find(b);
+        text << fmt::format(" {:>{}}", it == a.wins.end() ? 0 : it->second, std::max<std::size_t>(b.size(), 8));
+      }
+      text << fmt::format(" {:>10}\n", a.unroutable_points);
+    }
+    text << fmt::format("\nshapes no backend can run: {}\n", result.unroutable.size());
+    for (const SweepIssue& issue : result.unroutable) print_issue(text, issue);
+    if (!result.fails_at_run.empty()) {
+      text << fmt::format("\nshapes whose chosen backend fails at run time: {}\n", result.fails_at_run.size());
+      for (const SweepIssue& issue : result.fails_at_run) print_issue(text, issue);
+    }
+    text << "\npictures:";
+    for (const std::string& p : pictures) text << " " << p;
+    text << "\n";
+    std::cout << text.str();
+  }
+  if (!result.unroutable.empty() || !result.fails_at_run.empty()) throw CLI::RuntimeError(1);
+}
+
+}  // namespace
+
+void add_sweep_command(CLI::App& app) {
+  auto flags = std::make_shared<SweepFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "sweep",
+      "Run every shape of the supported space (heads 1..128, q_len 1..16, page sizes 1..256 and 3, 48, 96, KV "
+      "bf16/fp16/fp8, Helix off and on, plain and mixed batches) through the selector on each architecture. "
+      "Prints the selections each backend wins and every shape no backend can run; exit 0 when there is none, 1 "
+      "otherwise, 2 for bad flags.");
+  cmd->add_option("--profile", flags->profile,
+                  "Sweep a profile's described backends (a name such as trtllm, or a .json path); its scope sets "
+                  "the default architectures and phases");
+  cmd->add_option("--arch", flags->archs, "Architectures to sweep, comma-separated; default: all (or the profile's)")
+      ->delimiter(',')
+      ->check([](const std::string& value) {
+        return parse_arch(value) ? std::string() : "unknown architecture " + value;
+      });
+  cmd->add_option("--out", flags->out, "Directory for one SVG per architecture")->capture_default_str();
+  cmd->add_flag("--json", flags->json, "Print the result as JSON");
+  cmd->callback([flags] { run_sweep(*flags); });
+}
+
+}  // namespace helixmla::tools
