@@ -1,0 +1,118 @@
+// Host cost of choosing a backend: a cached select must cost far less than a
+// kernel launch (target well under 100 ns), an uncached one under 5 us.
+#include <benchmark/benchmark.h>
+
+#include <vector>
+
+#include "core/sweep.hpp"
+#include "helixmla/planner.hpp"
+#include "helixmla/profile.hpp"
+#include "helixmla/runtime.hpp"
+#include "synthetic_batch.hpp"
+
+namespace helixmla {
+namespace {
+
+#if defined(HELIXMLA_WITH_CUDA)
+constexpr Arch kBuiltinArch = Arch::sm90;
+constexpr bool kDeviceTensors = true;
+#else
+constexpr Arch kBuiltinArch = Arch::none;
+constexpr bool kDeviceTensors = false;
+#endif
+
+PhaseShape decode(std::int32_t heads, std::int32_t page, bool helix, bool on_device) {
+  PhaseShape s;
+  s.num_heads = heads;
+  s.page_size = page;
+  s.batch_bucket = 32;
+  s.helix = helix;
+  s.cp_size = helix ? 4 : 1;
+  s.has_stats = helix;
+  s.on_device = on_device;
+  return s;
+}
+
+Selector builtin_selector() {
+  const auto backends = builtin_backends();
+  return Selector(backends, sweep_environment(backends, kBuiltinArch));
+}
+
+Selector trtllm_selector() {
+  const auto backends = load_profile("trtllm").backends;
+  return Selector(backends, sweep_environment(backends, Arch::sm103));
+}
+
+// 256 distinct shapes visited in turn, so the cache lookups are not one hot line.
+std::vector<PhaseShape> many_shapes(bool on_device) {
+  std::vector<PhaseShape> shapes;
+  for (std::int32_t heads = 1; heads <= 128; ++heads) {
+    for (bool helix : {false, true}) shapes.push_back(decode(heads, 64, helix, on_device));
+  }
+  return shapes;
+}
+
+void BM_SelectCachedBuiltin(benchmark::State& state) {
+  const Selector selector = builtin_selector();
+  const PhaseShape shape = decode(128, 64, false, kDeviceTensors);
+  selector.select(shape);
+  for (auto _ : state) benchmark::DoNotOptimize(&selector.select(shape));
+}
+BENCHMARK(BM_SelectCachedBuiltin);
+
+void BM_SelectCachedBuiltinManyShapes(benchmark::State& state) {
+  const Selector selector = builtin_selector();
+  const auto shapes = many_shapes(kDeviceTensors);
+  for (const PhaseShape& s : shapes) selector.select(s);
+  std::size_t i = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(&selector.select(shapes[i]));
+    i = (i + 1) % shapes.size();
+  }
+}
+BENCHMARK(BM_SelectCachedBuiltinManyShapes);
+
+void BM_SelectUncachedBuiltin(benchmark::State& state) {
+  const Selector selector = builtin_selector();
+  const PhaseShape shape = decode(128, 64, false, kDeviceTensors);
+  for (auto _ : state) benchmark::DoNotOptimize(selector.select_uncached(shape));
+}
+BENCHMARK(BM_SelectUncachedBuiltin);
+
+void BM_SelectCachedTrtllm(benchmark::State& state) {
+  const Selector selector = trtllm_selector();
+  const PhaseShape kimi = decode(48, 64, true, true);
+  selector.select(kimi);
+  for (auto _ : state) benchmark::DoNotOptimize(&selector.select(kimi));
+}
+BENCHMARK(BM_SelectCachedTrtllm);
+
+void BM_SelectUncachedTrtllm(benchmark::State& state) {
+  const Selector selector = trtllm_selector();
+  const PhaseShape kimi = decode(48, 64, true, true);
+  for (auto _ : state) benchmark::DoNotOptimize(selector.select_uncached(kimi));
+}
+BENCHMARK(BM_SelectUncachedTrtllm);
+
+// What a runtime call adds before selecting: split the batch and derive the shape.
+void BM_PlanAndShapeOfMixedBatch(benchmark::State& state) {
+  testing::BatchSpec spec;
+  spec.heads = 48;
+  spec.contexts = 2;
+  spec.generations = 32;
+  spec.q_len = 2;
+  spec.allocate_tensors = false;
+  testing::SyntheticBatch batch(spec);
+  const Problem whole = batch.problem();
+  for (auto _ : state) {
+    const PhasePlan plan = plan_phases(whole);
+    benchmark::DoNotOptimize(shape_of(*plan.context, whole));
+    benchmark::DoNotOptimize(shape_of(*plan.generation, whole));
+  }
+}
+BENCHMARK(BM_PlanAndShapeOfMixedBatch);
+
+}  // namespace
+}  // namespace helixmla
+
+BENCHMARK_MAIN();
