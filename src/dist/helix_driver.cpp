@@ -96,6 +96,7 @@ class Memory {
   std::size_t bytes_ = 0;
 };
 
+#if defined(HELIXMLA_WITH_CUDA)
 std::size_t pool_bytes(const Problem& p) {
   return static_cast<std::size_t>(p.kv.num_pages) * static_cast<std::size_t>(p.kv.page_size) *
          static_cast<std::size_t>(p.dims.head_dim()) * dtype_size(p.kv.dtype);
@@ -105,6 +106,7 @@ std::size_t q_bytes(const Problem& p) {
   return static_cast<std::size_t>(p.num_tokens()) * static_cast<std::size_t>(p.num_heads) *
          static_cast<std::size_t>(p.dims.head_dim()) * dtype_size(p.q_dtype);
 }
+#endif
 
 // Copies `rows` rows of `row_bytes` between buffers with different row pitches.
 void copy_rows(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
@@ -221,8 +223,10 @@ HelixDriver::HelixDriver(const Problem& global, HelixDriverOptions options)
     options_.runtime.environment = Environment::detect();
   }
 
+#if defined(HELIXMLA_WITH_CUDA)
   std::map<int, std::shared_ptr<Memory>> q_on, pool_on;
   void* shared_stream = nullptr;
+#endif
   for (std::int32_t r = 0; r < cp; ++r) {
     auto rank = std::make_unique<Rank>();
     rank->rank = r;
