@@ -244,7 +244,7 @@ class GenericBackend final : public Backend {
     stage(layout.token_bounds, plan.token_bounds);
     stage(layout.page_table, phase.page_table);
     run->upload(base, layout.metadata_bytes, static_cast<cudaStream_t>(stream));
-    configure_generic_attention(phase.q_dtype, phase.kv.dtype, phase.dims.head_dim());
+    configure_generic_attention(phase.q_dtype, phase.kv.dtype);
 
     GenericKernelParams params;
     params.q = phase.q;

@@ -326,10 +326,12 @@ std::size_t generic_smem_bytes(DType kv_dtype, int head_dim) {
   return 2 * tile + static_cast<std::size_t>(kWarps) * kGenericTileTokens * kRowsPerWarp * sizeof(float);
 }
 
-void configure_generic_attention(DType q_dtype, DType kv_dtype, int head_dim) {
+// The limit is set for the widest head_dim, not the phase's: a run prepared
+// earlier with wider dims must still launch after a narrower one.
+void configure_generic_attention(DType q_dtype, DType kv_dtype) {
   HELIXMLA_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel_for(q_dtype, kv_dtype)),
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(generic_smem_bytes(kv_dtype, head_dim))));
+                                           static_cast<int>(generic_smem_bytes(kv_dtype, kGenericMaxHeadDim))));
 }
 
 void launch_generic_attention(const GenericKernelParams& params, cudaStream_t stream) {

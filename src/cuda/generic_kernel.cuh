@@ -67,7 +67,7 @@ struct GenericKernelParams {
 std::size_t generic_smem_bytes(DType kv_dtype, int head_dim);
 // Host-side kernel configuration (shared-memory limit) for the current
 // device; call outside graph capture, before the first launch.
-void configure_generic_attention(DType q_dtype, DType kv_dtype, int head_dim);
+void configure_generic_attention(DType q_dtype, DType kv_dtype);
 // Enqueues one block per work item; only a launch, graph-capturable.
 void launch_generic_attention(const GenericKernelParams& params, cudaStream_t stream);
 

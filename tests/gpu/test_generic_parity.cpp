@@ -1,0 +1,542 @@
+// The cuda_generic backend against the float64 reference: the heads x page
+// size x q_len x KV dtype sweep, mixed batches, Helix bounds and statistics,
+// split-KV, non-default dims, caller workspaces and CUDA graph replay. Plus
+// the backend's capability answers, which need no GPU.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "compare.hpp"
+#include "cuda/generic_backend.hpp"
+#include "cuda/generic_work_plan.hpp"
+#include "cuda/sm_count.hpp"
+#include "cuda/split_combine.hpp"
+#include "device_batch.hpp"
+#include "gpu/gpu_test_support.hpp"
+#include "helixmla/error.hpp"
+#include "helixmla/validate.hpp"
+#include "synthetic_batch.hpp"
+
+namespace helixmla::testing {
+namespace {
+
+constexpr double kStatsTolerance = 1e-3;
+
+double tolerance_for(DType kv_dtype) { return kv_dtype == DType::fp8_e4m3 ? 3e-2 : 1e-2; }
+
+#define SKIP_WITHOUT_GPU() \
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"
+
+void check_cuda(cudaError_t status) { ASSERT_EQ(status, cudaSuccess) << cudaGetErrorString(status); }
+
+// Runs the generic backend on `host` mirrored to the device and compares
+// outputs (and stats when present) with the float64 reference.
+void expect_parity(SyntheticBatch& host, const std::string& label, int expected_phases = 0) {
+  const BackendPtr backend = cuda::make_generic_backend();
+  DeviceBatch device(host);
+  TestStream stream;
+  device.poison_outputs();
+  const int phases = run_backend_phases(*backend, device.problem(), stream.get());
+  if (expected_phases > 0) EXPECT_EQ(phases, expected_phases) << label;
+  device.download_outputs();
+
+  const Problem problem = host.problem();
+  const NaiveResult reference = parallel_naive_attention(problem);
+  const Comparison out = compare(host.out_.data(), problem.out_dtype, reference.out);
+  EXPECT_TRUE(out.within(tolerance_for(problem.kv.dtype)))
+      << label << ": rel L2 " << out.rel_l2_err << ", max abs " << out.max_abs_err << ", non-finite "
+      << out.non_finite;
+  if (problem.stats.present()) {
+    const StatsComparison stats = compare_stats(host.stats_, reference.stats);
+    EXPECT_TRUE(stats.within(kStatsTolerance))
+        << label << ": stats m err " << stats.max_m_err << ", l rel err " << stats.max_l_rel_err
+        << ", empty mismatches " << stats.empty_mismatches << ", non-finite " << stats.non_finite;
+  }
+}
+
+// ---------------------------------------------------------------- sweep
+
+struct SweepCase {
+  std::int32_t heads;
+  std::int32_t page_size;
+  std::int32_t q_len;
+  DType kv_dtype;
+};
+
+std::vector<SweepCase> sweep_cases() {
+  std::vector<SweepCase> cases;
+  for (std::int32_t heads : {1, 16, 24, 48, 64, 96, 128}) {
+    for (std::int32_t page : {1, 16, 32, 64, 128}) {
+      for (std::int32_t q_len : {1, 2, 4}) {
+        for (DType kv : {DType::bf16, DType::fp16, DType::fp8_e4m3}) cases.push_back({heads, page, q_len, kv});
+      }
+    }
+  }
+  return cases;
+}
+
+std::string sweep_name(const ::testing::TestParamInfo<SweepCase>& info) {
+  const SweepCase& c = info.param;
+  return fmt::format("H{}_page{}_q{}_{}", c.heads, c.page_size, c.q_len, to_string(c.kv_dtype));
+}
+
+class GenericParity : public ::testing::TestWithParam<SweepCase> {};
+
+TEST_P(GenericParity, MatchesReference) {
+  SKIP_WITHOUT_GPU();
+  const SweepCase& c = GetParam();
+  BatchSpec spec;
+  spec.heads = c.heads;
+  spec.page_size = c.page_size;
+  spec.q_len = c.q_len;
+  spec.kv_dtype = c.kv_dtype;
+  // fp8 KV runs with both query types across the sweep.
+  const bool fp16_queries = c.kv_dtype == DType::fp8_e4m3 && (c.page_size == 1 || c.page_size == 64);
+  spec.q_dtype = fp16_queries ? DType::fp16 : default_q_dtype(c.kv_dtype);
+  spec.kv_scale = 0.05f;
+  spec.generations = 3;
+  // Odd lengths, a partial last page, and one exact multiple of the page.
+  spec.kv_len = {613, 3 * c.page_size + 37, 2 * c.page_size + 64};
+  spec.stats = true;
+  spec.seed = static_cast<std::uint64_t>(c.heads * 1000003 + c.page_size * 1009 + c.q_len * 31) +
+              static_cast<std::uint64_t>(c.kv_dtype);
+  SyntheticBatch host(spec);
+  expect_parity(host, sweep_name({c, 0}), 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Sweep, GenericParity, ::testing::ValuesIn(sweep_cases()), sweep_name);
+
+// ---------------------------------------------------------------- batches
+
+TEST(GenericMixedBatch, ContextsAndGenerationsRunAsTwoPhases) {
+  SKIP_WITHOUT_GPU();
+  struct Mixed {
+    std::int32_t heads, page, context_len, q_len;
+    DType kv;
+  };
+  for (const Mixed& m : {Mixed{16, 16, 301, 2, DType::bf16}, Mixed{128, 1, 77, 4, DType::fp8_e4m3},
+                         Mixed{24, 64, 129, 1, DType::fp16}}) {
+    BatchSpec spec;
+    spec.heads = m.heads;
+    spec.page_size = m.page;
+    spec.contexts = 2;
+    spec.context_len = m.context_len;
+    spec.generations = 3;
+    spec.q_len = m.q_len;
+    spec.kv_len = {300, 45, 129};
+    spec.kv_dtype = m.kv;
+    spec.q_dtype = default_q_dtype(m.kv);
+    spec.kv_scale = 0.05f;
+    spec.stats = true;
+    spec.seed = 7 + m.heads;
+    SyntheticBatch host(spec);
+    expect_parity(host, fmt::format("mixed H{} page{} ctx{}", m.heads, m.page, m.context_len), 2);
+  }
+}
+
+TEST(GenericHelix, BoundsReplaceTheMaskAndEmptyRowsAreExact) {
+  SKIP_WITHOUT_GPU();
+  BatchSpec spec;
+  // Six heads keep each request's rows in one block, so a token with bound 0
+  // shares a split KV range with tokens that see 650 and 700 positions.
+  spec.heads = 6;
+  spec.page_size = 16;
+  spec.generations = 4;
+  spec.q_len = 3;
+  spec.kv_len = {50, 130, 1, 700};
+  spec.stats = true;
+  spec.seed = 99;
+  SyntheticBatch host(spec);
+  // Request 0 sees nothing; request 3's first token sees nothing while its
+  // others need a split range, so the combine meets rows whose splits are all
+  // empty.
+  const std::vector<std::int32_t> bounds = {0, 0, 0, 10, 10, 64, 0, 1, 1, 0, 650, 700};
+  const auto with_bounds = [&](Problem p) {
+    p.helix.cp_size = 2;
+    p.helix.cp_rank = 1;
+    p.helix.token_kv_bounds = bounds;
+    return p;
+  };
+  const BackendPtr backend = cuda::make_generic_backend();
+  DeviceBatch device(host);
+  TestStream stream;
+  device.poison_outputs();
+  const Problem device_problem = with_bounds(device.problem());
+  EXPECT_GT(cuda::plan_generic_work(device_problem, cuda::device_sm_count(0)).max_splits, 1);
+  run_backend_phases(*backend, device_problem, stream.get());
+  device.download_outputs();
+
+  const Problem problem = with_bounds(host.problem());
+  const NaiveResult reference = parallel_naive_attention(problem);
+  const Comparison out = compare(host.out_.data(), problem.out_dtype, reference.out);
+  EXPECT_TRUE(out.within(1e-2)) << "rel L2 " << out.rel_l2_err << ", non-finite " << out.non_finite;
+  const StatsComparison stats = compare_stats(host.stats_, reference.stats);
+  EXPECT_TRUE(stats.within(kStatsTolerance)) << "m err " << stats.max_m_err << ", l err " << stats.max_l_rel_err
+                                             << ", empty mismatches " << stats.empty_mismatches;
+  const std::int64_t rank = problem.dims.kv_lora_rank;
+  for (std::int64_t token = 0; token < static_cast<std::int64_t>(bounds.size()); ++token) {
+    if (bounds[token] != 0) continue;
+    for (std::int64_t i = token * spec.heads * rank; i < (token + 1) * spec.heads * rank; ++i) {
+      ASSERT_EQ(load_as_float(host.out_.data(), problem.out_dtype, i), 0.0f) << "token " << token << " element " << i;
+    }
+    for (std::int64_t h = 0; h < spec.heads; ++h) {
+      EXPECT_EQ(host.stats_[(token * spec.heads + h) * 2], -INFINITY);
+      EXPECT_EQ(host.stats_[(token * spec.heads + h) * 2 + 1], 0.0f);
+    }
+  }
+}
+
+SyntheticBatch long_request(std::int32_t heads, std::int32_t q_len, std::int32_t page, DType kv) {
+  BatchSpec spec;
+  spec.heads = heads;
+  spec.q_len = q_len;
+  spec.page_size = page;
+  spec.generations = 1;
+  spec.kv_len = {20000};
+  spec.kv_dtype = kv;
+  spec.q_dtype = default_q_dtype(kv);
+  spec.kv_scale = 0.05f;
+  spec.stats = true;
+  spec.seed = 2024 + heads;
+  return SyntheticBatch(spec);
+}
+
+TEST(GenericSplitKv, OneLongRequestIsSplitAndCombined) {
+  SKIP_WITHOUT_GPU();
+  SyntheticBatch host = long_request(16, 1, 64, DType::bf16);
+  EXPECT_GT(cuda::plan_generic_work(host.problem(), cuda::device_sm_count(0)).max_splits, 1);
+  expect_parity(host, "split H16 q1", 1);
+}
+
+TEST(GenericLongRequest, ManyHeadsFp8PageOfThree) {
+  SKIP_WITHOUT_GPU();
+  SyntheticBatch host = long_request(128, 2, 3, DType::fp8_e4m3);
+  EXPECT_GT(cuda::plan_generic_work(host.problem(), cuda::device_sm_count(0)).max_splits, 1);
+  expect_parity(host, "split H128 q2 fp8 page3", 1);
+}
+
+TEST(GenericDims, NonDefaultLatentAndRopeWidths) {
+  SKIP_WITHOUT_GPU();
+  struct Dims {
+    std::int32_t rank, rope;
+    DType kv;
+  };
+  for (const Dims& d : {Dims{256, 64, DType::fp8_e4m3}, Dims{80, 16, DType::bf16}, Dims{512, 0, DType::fp16}}) {
+    BatchSpec spec;
+    spec.dims = {d.rank, d.rope};
+    spec.heads = 12;
+    spec.page_size = 16;
+    spec.q_len = 2;
+    spec.generations = 3;
+    spec.kv_len = {201, 17, 999};
+    spec.kv_dtype = d.kv;
+    spec.q_dtype = default_q_dtype(d.kv);
+    spec.kv_scale = 0.05f;
+    spec.stats = true;
+    SyntheticBatch host(spec);
+    expect_parity(host, fmt::format("dims {}+{}", d.rank, d.rope), 1);
+  }
+}
+
+// Small shapes for compute-sanitizer (memcheck, racecheck): page size 1,
+// odd heads, a verify group, fp8, a split range.
+TEST(GenericSanitize, SmallShapes) {
+  SKIP_WITHOUT_GPU();
+  struct Small {
+    std::int32_t heads, page, q_len;
+    std::vector<std::int32_t> kv_len;
+    DType kv;
+  };
+  for (const Small& s : {Small{3, 1, 4, {37, 5}, DType::bf16}, Small{48, 16, 1, {700}, DType::fp8_e4m3},
+                         Small{5, 7, 2, {2, 333}, DType::fp16}}) {
+    BatchSpec spec;
+    spec.heads = s.heads;
+    spec.page_size = s.page;
+    spec.q_len = s.q_len;
+    spec.generations = static_cast<std::int32_t>(s.kv_len.size());
+    spec.kv_len = s.kv_len;
+    spec.kv_dtype = s.kv;
+    spec.q_dtype = default_q_dtype(s.kv);
+    spec.kv_scale = 0.05f;
+    spec.stats = true;
+    SyntheticBatch host(spec);
+    expect_parity(host, fmt::format("small H{} page{}", s.heads, s.page), 1);
+  }
+}
+
+// ---------------------------------------------------------------- run API
+
+TEST(GenericWorkspace, CallerWorkspaceWorksAndTooSmallIsRejected) {
+  SKIP_WITHOUT_GPU();
+  BatchSpec spec;
+  spec.heads = 16;
+  spec.kv_len = {3000, 41};
+  spec.generations = 2;
+  spec.stats = true;
+  SyntheticBatch host(spec);
+  DeviceBatch device(host);
+  const Problem problem = device.problem();
+  validate(problem);
+  const BackendPtr backend = cuda::make_generic_backend();
+  const std::size_t bytes = backend->workspace_bytes(problem);
+  ASSERT_GT(bytes, 0u);
+  TestStream stream;
+  DeviceBuffer too_small(bytes - 256);
+  try {
+    backend->prepare(problem, Workspace{too_small.data(), bytes - 256}, stream.get());
+    ADD_FAILURE() << "a short workspace was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(e.field(), "workspace.bytes");
+    EXPECT_NE(e.rule().find(std::to_string(bytes)), std::string::npos) << e.rule();
+  }
+  DeviceBuffer workspace(bytes);
+  device.poison_outputs();
+  auto run = backend->prepare(problem, Workspace{workspace.data(), bytes}, stream.get());
+  run->enqueue(stream.get());
+  stream.synchronize();
+  device.download_outputs();
+  const NaiveResult reference = parallel_naive_attention(host.problem());
+  const Comparison out = compare(host.out_.data(), DType::bf16, reference.out);
+  EXPECT_TRUE(out.within(1e-2)) << out.rel_l2_err;
+  EXPECT_TRUE(compare_stats(host.stats_, reference.stats).within(kStatsTolerance));
+}
+
+TEST(GenericGraphReplay, CapturedEnqueueReplaysTwice) {
+  SKIP_WITHOUT_GPU();
+  BatchSpec spec;
+  spec.heads = 16;
+  spec.q_len = 2;
+  spec.page_size = 16;
+  spec.generations = 2;
+  spec.kv_len = {5001, 77};
+  spec.stats = true;
+  SyntheticBatch host(spec);
+  DeviceBatch device(host);
+  const Problem problem = device.problem();
+  validate(problem);
+  ASSERT_GT(cuda::plan_generic_work(problem, cuda::device_sm_count(0)).max_splits, 1) << "the graph should hold the combine";
+  const BackendPtr backend = cuda::make_generic_backend();
+  TestStream stream;
+  auto run = backend->prepare(problem, Workspace{}, stream.get());
+  stream.synchronize();
+
+  cudaGraph_t graph = nullptr;
+  check_cuda(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeGlobal));
+  run->enqueue(stream.get());
+  check_cuda(cudaStreamEndCapture(stream.get(), &graph));
+  cudaGraphExec_t exec = nullptr;
+  check_cuda(cudaGraphInstantiate(&exec, graph, 0));
+
+  const NaiveResult reference = parallel_naive_attention(host.problem());
+  for (int replay = 0; replay < 2; ++replay) {
+    device.poison_outputs();
+    check_cuda(cudaGraphLaunch(exec, stream.get()));
+    stream.synchronize();
+    device.download_outputs();
+    const Comparison out = compare(host.out_.data(), DType::bf16, reference.out);
+    EXPECT_TRUE(out.within(1e-2)) << "replay " << replay << ": rel L2 " << out.rel_l2_err << ", non-finite "
+                                  << out.non_finite;
+    EXPECT_TRUE(compare_stats(host.stats_, reference.stats).within(kStatsTolerance)) << "replay " << replay;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+// ---------------------------------------------------------------- combine
+
+TEST(GenericSplitCombine, MergesSplitsAndIgnoresEmptyOnes) {
+  SKIP_WITHOUT_GPU();
+  constexpr std::int32_t kRank = 512;
+  // Segment 0: 2 rows x 3 splits, split 1 of row 0 empty (its partial is
+  // NaN and must not be read). Segment 1: 1 row x 2 splits, all empty.
+  const std::vector<cuda::SplitSegment> segments = {{0, 0, 3, 2, 3}, {2, 6, 0, 1, 2}};
+  const std::int64_t entries = 8;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> partial(entries * kRank), stats(entries * 2);
+  for (float& v : partial) v = uniform(rng);
+  for (std::int64_t e = 0; e < entries; ++e) {
+    stats[e * 2] = 3.0f * uniform(rng);
+    stats[e * 2 + 1] = 1.0f + 5.0f * std::fabs(uniform(rng));
+  }
+  for (std::int64_t e : {1, 6, 7}) {
+    stats[e * 2] = e == 1 ? 2.0f : -INFINITY;  // l == 0 marks an empty split whatever m says
+    stats[e * 2 + 1] = 0.0f;
+    std::fill(partial.begin() + e * kRank, partial.begin() + (e + 1) * kRank, NAN);
+  }
+  const std::int64_t out_rows = 5;
+  std::vector<double> expected_out(out_rows * kRank, 0.0), expected_stats(out_rows * 2, 0.0);
+  for (const cuda::SplitSegment& seg : segments) {
+    for (std::int32_t i = 0; i < seg.rows; ++i) {
+      const std::int64_t row = seg.first_out_row + i;
+      const std::int64_t first = seg.first_entry + static_cast<std::int64_t>(i) * seg.splits;
+      double m_max = -INFINITY, l_sum = 0.0;
+      for (std::int32_t s = 0; s < seg.splits; ++s) {
+        if (stats[(first + s) * 2 + 1] > 0) m_max = std::max<double>(m_max, stats[(first + s) * 2]);
+      }
+      for (std::int32_t s = 0; s < seg.splits; ++s) {
+        const double l = stats[(first + s) * 2 + 1];
+        if (l > 0) l_sum += l * std::exp(stats[(first + s) * 2] - m_max);
+      }
+      expected_stats[row * 2] = l_sum > 0 ? m_max : -INFINITY;
+      expected_stats[row * 2 + 1] = l_sum;
+      for (std::int32_t s = 0; s < seg.splits && l_sum > 0; ++s) {
+        const double l = stats[(first + s) * 2 + 1];
+        if (!(l > 0)) continue;
+        const double w = l * std::exp(stats[(first + s) * 2] - m_max) / l_sum;
+        for (std::int32_t d = 0; d < kRank; ++d) expected_out[row * kRank + d] += w * partial[(first + s) * kRank + d];
+      }
+    }
+  }
+  // Rows 1 and 2 of the output belong to no segment: they must keep their
+  // poison, which the comparison below skips by construction.
+  DeviceBuffer d_segments(segments.size() * sizeof(cuda::SplitSegment));
+  d_segments.upload(segments.data(), d_segments.bytes());
+  DeviceBuffer d_partial(partial.size() * sizeof(float)), d_stats(stats.size() * sizeof(float));
+  d_partial.upload(partial.data(), d_partial.bytes());
+  d_stats.upload(stats.data(), d_stats.bytes());
+  DeviceBuffer d_out(out_rows * kRank * 2), d_out_stats(out_rows * 2 * sizeof(float));
+  d_out.fill_bytes(0xff);
+  d_out_stats.fill_bytes(0xff);
+
+  cuda::SplitCombineArgs args;
+  args.segments = static_cast<const cuda::SplitSegment*>(d_segments.data());
+  args.num_segments = 2;
+  args.total_rows = 3;
+  args.partial_out = static_cast<const float*>(d_partial.data());
+  args.partial_stats = static_cast<const float*>(d_stats.data());
+  args.kv_lora_rank = kRank;
+  args.out = d_out.data();
+  args.out_dtype = DType::fp16;
+  args.stats = static_cast<float*>(d_out_stats.data());
+  TestStream stream;
+  cuda::launch_split_combine(args, stream.get());
+  stream.synchronize();
+  std::vector<std::uint16_t> out(out_rows * kRank);
+  std::vector<float> out_stats(out_rows * 2);
+  d_out.download(out.data(), out.size() * 2);
+  d_out_stats.download(out_stats.data(), out_stats.size() * sizeof(float));
+
+  for (std::int64_t row : {0, 3, 4}) {
+    std::vector<double> want(expected_out.begin() + row * kRank, expected_out.begin() + (row + 1) * kRank);
+    const Comparison c = compare(out.data() + row * kRank, DType::fp16, want);
+    if (row == 0) {
+      EXPECT_EQ(c.non_finite, 0) << "row 0 must be zeros";
+      EXPECT_EQ(c.max_abs_err, 0.0) << "row 0 must be zeros";
+    } else {
+      EXPECT_TRUE(c.within(1e-3)) << "row " << row << ": " << c.rel_l2_err << ", non-finite " << c.non_finite;
+    }
+    if (row == 0) {
+      EXPECT_EQ(out_stats[0], -INFINITY);
+      EXPECT_EQ(out_stats[1], 0.0f);
+    } else {
+      EXPECT_NEAR(out_stats[row * 2], expected_stats[row * 2], 1e-5);
+      EXPECT_NEAR(out_stats[row * 2 + 1], expected_stats[row * 2 + 1], 1e-4 * expected_stats[row * 2 + 1]);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- capability (no GPU needed)
+
+Environment environment(Arch arch) {
+  Environment env;
+  env.arch = arch;
+  env.device_count = arch == Arch::none ? 0 : 1;
+  env.built_backends = {"cpu", "cuda_generic"};
+  return env;
+}
+
+PhaseShape device_shape() {
+  PhaseShape shape;
+  shape.num_heads = 48;
+  shape.page_size = 64;
+  shape.on_device = true;
+  return shape;
+}
+
+TEST(GenericBackendCapability, AvailabilityFollowsBuildAndArch) {
+  const BackendPtr backend = cuda::make_generic_backend();
+  EXPECT_EQ(backend->name(), "cuda_generic");
+  EXPECT_EQ(backend->priority(), 50);
+  EXPECT_FALSE(backend->available(environment(Arch::none)));
+  for (Arch arch : {Arch::sm80, Arch::sm86, Arch::sm89, Arch::sm90, Arch::sm100, Arch::sm120}) {
+    EXPECT_TRUE(backend->available(environment(arch))) << to_string(arch);
+  }
+  Environment not_built = environment(Arch::sm90);
+  not_built.built_backends = {"cpu"};
+  const Verdict verdict = backend->available(not_built);
+  EXPECT_FALSE(verdict);
+  EXPECT_FALSE(verdict.reason.empty());
+}
+
+TEST(GenericBackendCapability, ChecksEveryRuleWithAReason) {
+  const BackendPtr backend = cuda::make_generic_backend();
+  EXPECT_TRUE(backend->check(device_shape()));
+  const auto refused = [&](PhaseShape shape, const std::string& needle) {
+    const Verdict verdict = backend->check(shape);
+    EXPECT_FALSE(verdict) << describe(shape);
+    EXPECT_NE(verdict.reason.find(needle), std::string::npos) << verdict.reason;
+  };
+  PhaseShape host = device_shape();
+  host.on_device = false;
+  refused(host, "host memory");
+  PhaseShape wide = device_shape();
+  wide.dims = {1024, 64};
+  refused(wide, "kv_lora_rank");
+  PhaseShape rope = device_shape();
+  rope.dims = {512, 128};
+  refused(rope, "rope_dim");
+  PhaseShape mixed = device_shape();
+  mixed.q_dtype = mixed.out_dtype = DType::fp16;
+  refused(mixed, "bf16 KV needs bf16");
+  PhaseShape tree = device_shape();
+  tree.mask = MaskKind::tree;
+  refused(tree, "mask");
+  PhaseShape layout = device_shape();
+  layout.has_stats = true;
+  layout.stats_fp32_contiguous = false;
+  refused(layout, "float32");
+
+  for (std::int32_t page : {1, 3, 16, 64, 127, 1024}) {
+    for (std::int32_t heads : {1, 7, 48, 128}) {
+      for (std::int32_t q_len : {1, 5, 16, 0}) {
+        PhaseShape shape = device_shape();
+        shape.page_size = page;
+        shape.num_heads = heads;
+        shape.q_len = q_len;
+        shape.phase = q_len == 0 ? PhaseKind::context : PhaseKind::generation;
+        shape.helix = heads % 2 == 1;
+        shape.has_stats = shape.helix;
+        EXPECT_TRUE(backend->check(shape)) << describe(shape);
+        EXPECT_TRUE(backend->catalog().can_implement(shape, environment(Arch::sm90))) << describe(shape);
+      }
+    }
+  }
+}
+
+TEST(GenericBackendCapability, CatalogHasOneKernelPerDtypePair) {
+  const BackendPtr backend = cuda::make_generic_backend();
+  const auto variants = backend->catalog().inventory(environment(Arch::sm90));
+  std::vector<std::string> names;
+  for (const KernelVariant& v : variants) {
+    EXPECT_TRUE(v.precompiled);
+    names.push_back(v.name);
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"generic_q-bf16_kv-bf16", "generic_q-bf16_kv-fp8",
+                                             "generic_q-fp16_kv-fp16", "generic_q-fp16_kv-fp8"}));
+  PhaseShape shape = device_shape();
+  shape.kv_dtype = DType::fp8_e4m3;
+  KernelVariant chosen;
+  ASSERT_TRUE(backend->catalog().can_implement(shape, environment(Arch::sm90), &chosen));
+  EXPECT_EQ(chosen.name, "generic_q-bf16_kv-fp8");
+}
+
+}  // namespace
+}  // namespace helixmla::testing
