@@ -1,0 +1,171 @@
+#include "cuda/jit_cache.hpp"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <mutex>
+#include <system_error>
+#include <thread>
+
+#include "helixmla/error.hpp"
+
+namespace helixmla::cuda {
+
+namespace {
+
+constexpr char kMagic[8] = {'H', 'M', 'L', 'A', 'J', 'I', 'T', '\x01'};
+constexpr std::uint32_t kFormatVersion = 1;
+
+// Fixed-size part of an entry; the key text and then the payload follow it.
+struct EntryHeader {
+  char magic[8];
+  std::uint32_t format_version;
+  std::uint32_t key_bytes;
+  std::uint64_t key_digest;
+  std::uint64_t payload_bytes;
+  std::uint64_t payload_checksum;
+};
+static_assert(sizeof(EntryHeader) == 40);
+
+std::mutex& override_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::filesystem::path& directory_override() {
+  static std::filesystem::path dir;
+  return dir;
+}
+
+// Entry names become file names: keep them to a safe alphabet.
+std::string file_name_of(std::string_view entry_name) {
+  std::string name;
+  for (char c : entry_name) {
+    const bool safe = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '_' || c == '-' || c == '.';
+    name += safe ? c : '_';
+  }
+  return name + ".hjit";
+}
+
+}  // namespace
+
+std::uint64_t fnv1a64(std::string_view bytes, std::uint64_t seed) {
+  std::uint64_t h = seed;
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+std::string hex64(std::uint64_t value) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string text(16, '0');
+  for (int i = 15; i >= 0; --i, value >>= 4) text[static_cast<std::size_t>(i)] = digits[value & 15];
+  return text;
+}
+
+JitCache::JitCache(std::filesystem::path directory) : directory_(std::move(directory)) {}
+
+std::filesystem::path JitCache::default_directory() {
+  {
+    std::lock_guard<std::mutex> lock(override_mutex());
+    if (!directory_override().empty()) return directory_override();
+  }
+  if (const char* dir = std::getenv("HELIXMLA_JIT_CACHE"); dir && *dir) return dir;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) {
+    return std::filesystem::path(xdg) / "helixmla" / "jit";
+  }
+  if (const char* home = std::getenv("HOME"); home && *home) {
+    return std::filesystem::path(home) / ".cache" / "helixmla" / "jit";
+  }
+  return std::filesystem::temp_directory_path() / "helixmla-jit";
+}
+
+void set_jit_cache_directory(const std::filesystem::path& directory) {
+  std::lock_guard<std::mutex> lock(override_mutex());
+  directory_override() = directory;
+}
+
+std::filesystem::path JitCache::entry_path(std::string_view entry_name) const {
+  return directory_ / file_name_of(entry_name);
+}
+
+std::optional<std::vector<char>> JitCache::load(std::string_view entry_name, std::string_view key,
+                                                JitLookup* why) const {
+  const auto miss = [why](JitLookup kind) -> std::optional<std::vector<char>> {
+    if (why) *why = kind;
+    return std::nullopt;
+  };
+  std::ifstream in(entry_path(entry_name), std::ios::binary);
+  if (!in) return miss(JitLookup::missing);
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EntryHeader header{};
+  if (bytes.size() < sizeof header) return miss(JitLookup::corrupt);
+  std::memcpy(&header, bytes.data(), sizeof header);
+  if (std::memcmp(header.magic, kMagic, sizeof kMagic) != 0 ||
+      header.format_version != kFormatVersion) {
+    return miss(JitLookup::corrupt);
+  }
+  if (bytes.size() != sizeof header + header.key_bytes + header.payload_bytes) {
+    return miss(JitLookup::corrupt);
+  }
+  const std::string_view stored_key(bytes.data() + sizeof header, header.key_bytes);
+  if (header.key_digest != fnv1a64(stored_key)) return miss(JitLookup::corrupt);
+  if (stored_key != key) return miss(JitLookup::stale);
+  const char* payload = bytes.data() + sizeof header + header.key_bytes;
+  const std::string_view payload_view(payload, header.payload_bytes);
+  if (header.payload_checksum != fnv1a64(payload_view)) return miss(JitLookup::corrupt);
+  if (why) *why = JitLookup::hit;
+  return std::vector<char>(payload, payload + header.payload_bytes);
+}
+
+void JitCache::store(std::string_view entry_name, std::string_view key,
+                     std::span<const char> payload) const {
+  std::error_code ec;
+  std::filesystem::create_directories(directory_, ec);
+  if (ec && !std::filesystem::is_directory(directory_)) {
+    throw RuntimeFailure("cannot create the JIT cache directory " + directory_.string() + ": " +
+                         ec.message());
+  }
+  EntryHeader header{};
+  std::memcpy(header.magic, kMagic, sizeof kMagic);
+  header.format_version = kFormatVersion;
+  header.key_bytes = static_cast<std::uint32_t>(key.size());
+  header.key_digest = fnv1a64(key);
+  header.payload_bytes = payload.size();
+  header.payload_checksum = fnv1a64(std::string_view(payload.data(), payload.size()));
+
+  // A name no other writer can pick: process id, thread and a counter.
+  static std::atomic<std::uint64_t> counter{0};
+  const std::filesystem::path final_path = entry_path(entry_name);
+  std::filesystem::path temp_path = final_path;
+  temp_path += ".tmp." + std::to_string(::getpid()) + "." +
+               hex64(std::hash<std::thread::id>{}(std::this_thread::get_id())) + "." +
+               std::to_string(counter.fetch_add(1));
+  {
+    std::ofstream out(temp_path, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(&header), sizeof header);
+    out.write(key.data(), static_cast<std::streamsize>(key.size()));
+    out.write(payload.data(), static_cast<std::streamsize>(payload.size()));
+    out.flush();
+    if (!out) {
+      out.close();
+      std::filesystem::remove(temp_path, ec);
+      throw RuntimeFailure("cannot write the JIT cache entry " + temp_path.string());
+    }
+  }
+  std::filesystem::rename(temp_path, final_path, ec);
+  if (ec) {
+    const std::string reason = ec.message();
+    std::filesystem::remove(temp_path, ec);
+    throw RuntimeFailure("cannot publish the JIT cache entry " + final_path.string() + ": " + reason);
+  }
+}
+
+}  // namespace helixmla::cuda

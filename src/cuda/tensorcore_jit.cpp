@@ -1,0 +1,118 @@
+#include "cuda/tensorcore_jit.hpp"
+
+#include <cuda_runtime.h>
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/tensorcore_kernel.cuh"
+#include "cuda/tensorcore_kernel_source.hpp"  // generated: kTensorcoreKernelSource
+#include "helixmla/error.hpp"
+
+namespace helixmla::cuda {
+
+namespace {
+
+// The few driver functions the just-in-time path uses, resolved at first use.
+struct DriverApi {
+  decltype(&cuGetErrorString) get_error_string = nullptr;
+  decltype(&cuModuleLoadData) module_load_data = nullptr;
+  decltype(&cuModuleGetFunction) module_get_function = nullptr;
+  decltype(&cuFuncSetAttribute) func_set_attribute = nullptr;
+  decltype(&cuLaunchKernel) launch_kernel = nullptr;
+};
+
+template <typename Fn>
+void resolve(const char* symbol, Fn& fn) {
+  void* address = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  HELIXMLA_CUDA_CHECK(
+      cudaGetDriverEntryPointByVersion(symbol, &address, 12000, cudaEnableDefault, &found));
+  if (found != cudaDriverEntryPointSuccess || !address) {
+    throw RuntimeFailure(std::string("the CUDA driver has no ") + symbol);
+  }
+  fn = reinterpret_cast<Fn>(address);
+}
+
+const DriverApi& driver() {
+  static const DriverApi api = [] {
+    DriverApi a;
+    resolve("cuGetErrorString", a.get_error_string);
+    resolve("cuModuleLoadData", a.module_load_data);
+    resolve("cuModuleGetFunction", a.module_get_function);
+    resolve("cuFuncSetAttribute", a.func_set_attribute);
+    resolve("cuLaunchKernel", a.launch_kernel);
+    return a;
+  }();
+  return api;
+}
+
+void check_driver(CUresult status, const char* what) {
+  if (status != CUDA_SUCCESS) {
+    const char* text = nullptr;
+    driver().get_error_string(status, &text);
+    throw RuntimeFailure(std::string(what) + " failed: " + (text ? text : "unknown driver error"));
+  }
+}
+
+std::string device_arch(int device) {
+  int major = 0, minor = 0;
+  HELIXMLA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  HELIXMLA_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  // sm_90a: the architecture-specific target the precompiled kernels use too.
+  return "sm_" + std::to_string(major) + std::to_string(minor) + (major == 9 ? "a" : "");
+}
+
+}  // namespace
+
+NvrtcProgram tensorcore_jit_program(const TensorcoreVariant& variant, const std::string& arch) {
+  NvrtcProgram program;
+  program.name = variant.name() + ".cu";
+  program.arch = arch;
+  program.options = {"-std=c++17"};
+  const std::string args = std::to_string(variant.rows) + ", " + std::to_string(variant.page_size) +
+                           ", " + std::to_string(variant.elem_kind()) + ", " +
+                           std::to_string(variant.kv_kind());
+  program.source = std::string(kTensorcoreKernelSource) +
+                   "\nextern \"C\" __global__ void __launch_bounds__(helixmla_tc::kThreads, "
+                   "helixmla_tc::Config<" + std::to_string(variant.rows) + ", " +
+                   std::to_string(variant.kv_kind()) + ">::kBlocksPerSm)\n" + kTensorcoreJitEntry +
+                   "(helixmla_tc::Params p) {\n  helixmla_tc::decode_tile<" + args + ">(p);\n}\n";
+  return program;
+}
+
+CUfunction tensorcore_jit_function(const TensorcoreVariant& variant, int smem_bytes) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int, std::string>, CUfunction> loaded;
+
+  int device = 0;
+  HELIXMLA_CUDA_CHECK(cudaGetDevice(&device));
+  HELIXMLA_CUDA_CHECK(cudaFree(nullptr));  // makes the runtime's primary context current
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_tuple(device, variant.name());
+  if (const auto found = loaded.find(key); found != loaded.end()) return found->second;
+
+  const NvrtcProgram program = tensorcore_jit_program(variant, device_arch(device));
+  const std::vector<char> cubin =
+      cached_cubin(program, variant.name() + "-" + program.arch, JitCache(JitCache::default_directory()));
+  CUmodule module = nullptr;
+  check_driver(driver().module_load_data(&module, cubin.data()), "cuModuleLoadData");
+  CUfunction function = nullptr;
+  check_driver(driver().module_get_function(&function, module, kTensorcoreJitEntry), "cuModuleGetFunction");
+  check_driver(driver().func_set_attribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes),
+               "cuFuncSetAttribute");
+  loaded.emplace(key, function);  // modules stay loaded for the life of the process
+  return function;
+}
+
+void launch_jit_kernel(CUfunction function, unsigned blocks, int smem_bytes, cudaStream_t stream,
+                       void** args) {
+  check_driver(driver().launch_kernel(function, blocks, 1, 1, helixmla_tc::kThreads, 1, 1,
+                                      static_cast<unsigned>(smem_bytes), stream, args, nullptr),
+               "cuLaunchKernel");
+}
+
+}  // namespace helixmla::cuda

@@ -1,0 +1,30 @@
+// Just-in-time tensor-core kernels: the embedded kernel source plus an entry
+// point for one variant, compiled with NVRTC (through the disk cache) and
+// loaded once per device into a process-wide table. The driver API is reached
+// through the runtime's entry-point query, so the library does not need
+// libcuda at load time (machines without a GPU driver still load it).
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include "cuda/nvrtc_compiler.hpp"
+#include "cuda/tensorcore_variants.hpp"
+
+namespace helixmla::cuda {
+
+inline constexpr const char* kTensorcoreJitEntry = "helixmla_tc_jit_kernel";
+
+// The whole NVRTC program for `variant` on `arch` (e.g. "sm_90a").
+NvrtcProgram tensorcore_jit_program(const TensorcoreVariant& variant, const std::string& arch);
+
+// The variant's kernel on the current device, compiled or loaded on first
+// use, with its dynamic shared-memory limit raised to `smem_bytes`. Throws
+// RuntimeFailure when NVRTC or the driver fails.
+CUfunction tensorcore_jit_function(const TensorcoreVariant& variant, int smem_bytes);
+
+// cuLaunchKernel on `stream` with kThreads threads per block.
+void launch_jit_kernel(CUfunction function, unsigned blocks, int smem_bytes, cudaStream_t stream,
+                       void** args);
+
+}  // namespace helixmla::cuda

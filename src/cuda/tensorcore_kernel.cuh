@@ -1,0 +1,525 @@
+// Tensor-core MLA decode kernel (DESIGN §2) and the parameter block the host
+// fills for it. This file is compiled twice from the same text: by nvcc for
+// the precompiled page sizes, and, embedded as a string, by NVRTC for every
+// other page size. It therefore includes no headers and uses only builtin
+// types and inline PTX; the host side includes it for the structs below.
+//
+// Design decisions
+// - A block (256 threads, 8 warps) owns one work item: a tile of up to M
+//   query rows of one request and one KV range (the whole visible KV, or one
+//   split of it). Rows are packed token-major, row = t * H + h within the
+//   request, which is exactly the memory order of q, out and stats
+//   ([tokens, heads, ...]): a row tile is one contiguous run of rows, and
+//   each row's token (hence its mask bound) is row / H. Row tiles of 16, 32
+//   or 64 (template M) follow the head count so that 16 heads do not pay for
+//   64 rows of matrix work; more rows (H * q_len > 64) take several tiles.
+// - KV tiles of 32 tokens are gathered from the page pool with 16-byte
+//   cp.async (page size PAGE is a template parameter: the page lookup is a
+//   multiply, not a division), 2 to 4 stages deep; tokens past the range are
+//   zero-filled, so masked positions multiply finite zeros.
+// - Shared-memory rows are 128-byte blocks with the 16-byte chunks XOR-swizzled
+//   by row, so every ldmatrix and every cp.async store is conflict-free.
+// - Matrix work is mma.sync.m16n8k16 (bf16 or fp16 in, float32 accumulate):
+//   S = Q K^T with each warp owning 16 rows x 16 tokens over a share of the 576
+//   reduction, partial sums meeting in shared memory; the online softmax runs
+//   in float32 in the exp2 domain, writing P (16-bit) and the rescale factor
+//   per row; O += P V with each warp owning 64 of the 512 V columns for all M
+//   rows (V is the first 512 columns of the K tile, read with ldmatrix.trans).
+// - fp8 e4m3 KV lands in shared memory as bytes and is widened once per tile
+//   to the 16-bit MMA type (exact: every e4m3 value is a bf16/fp16 value); the
+//   per-tensor KV scale is folded into the softmax scale and the output scale.
+// - Epilogue: o / l (zero when l == 0), stats (m in natural-log units, l). A
+//   split writes float32 partials in split_combine's entry layout instead.
+#pragma once
+
+namespace helixmla_tc {
+
+// Element kinds of the matrix inputs: Q (and out) type, and KV storage.
+enum ElemKind { kElemBf16 = 0, kElemFp16 = 1 };
+enum KvKind { kKvSameAsQ = 0, kKvFp8 = 1 };
+
+constexpr int kThreads = 256;
+constexpr int kTileTokens = 32;
+constexpr int kHeadDim = 576;
+constexpr int kLatent = 512;
+constexpr int kRowBytes16 = kHeadDim * 2;  // one 16-bit row: 72 chunks of 16 bytes
+constexpr int kChunksPerRow = kRowBytes16 / 16;
+
+// One block's work. All indices are relative to the phase being run.
+struct WorkItem {
+  int token_offset;  // first packed query token of the request
+  int q_len;         // query tokens of the request
+  int kv_len;        // cached tokens of the request (incl. the new ones)
+  int request;       // page-table row
+  int row_begin;     // first row of the tile among the request's q_len * H rows
+  int kv_begin;      // KV positions [kv_begin, kv_end) of this item
+  int kv_end;
+  int split;         // -1: the item covers the whole KV range and writes out/stats
+  int splits;        // number of splits of this row tile
+  int first_entry;   // split_combine entry of (tile row 0, split 0)
+};
+
+struct Params {
+  const void* q;           // [tokens, H, 576]
+  void* out;               // [tokens, H, 512]
+  float* stats;            // [tokens, H, 2] or null
+  const void* pool;        // [pages, PAGE, 576]
+  const int* page_table;   // [requests, page_table_stride]
+  const int* token_bounds; // [tokens] Helix per-token bounds, or null
+  const WorkItem* items;
+  float* partial_out;      // [entries, 512]
+  float* partial_stats;    // [entries, 2]
+  int page_table_stride;
+  int heads;
+  float scale_log2;  // softmax scale * KV scale * log2(e)
+  float out_scale;   // KV scale (1 for 16-bit KV)
+};
+
+// Per-(M, KV kind) tuning and the shared-memory map. Every region offset is
+// a multiple of 1024 bytes up to the float buffers.
+template <int M, int KV>
+struct Config {
+  static constexpr int kMTiles = M / 16;
+  static constexpr int kWarpsK = 4 / kMTiles;   // warps sharing one S tile's reduction
+  static constexpr int kKSteps = 36 / kWarpsK;  // k16 steps per warp in S = Q K^T
+  static constexpr int kRowThreads = kThreads / M;                   // softmax threads per row
+  static constexpr int kRowTokens = kTileTokens / kRowThreads;       // tokens per softmax thread
+  static constexpr int kStages = M == 16 ? 2 : (KV == kKvFp8 ? 4 : (M == 32 ? 4 : 3));
+  static constexpr int kBlocksPerSm = M == 16 ? 2 : 1;
+  static constexpr int kSStride = kTileTokens + 8;  // floats; keeps S stores conflict-free
+
+  static constexpr int kQBytes = M * kRowBytes16;
+  static constexpr int kTileBytes16 = kTileTokens * kRowBytes16;
+  static constexpr int kStageBytes = KV == kKvFp8 ? kTileTokens * kHeadDim : kTileBytes16;
+  static constexpr int kQOffset = 0;
+  static constexpr int kStageOffset = kQOffset + kQBytes;
+  static constexpr int kWideOffset = kStageOffset + kStages * kStageBytes;  // fp8 widened tile
+  static constexpr int kSOffset = kWideOffset + (KV == kKvFp8 ? kTileBytes16 : 0);
+  static constexpr int kPOffset = kSOffset + kWarpsK * M * kSStride * 4;
+  static constexpr int kRowInfoOffset = kPOffset + M * kTileTokens * 2;
+  static constexpr int kSmemBytes = kRowInfoOffset + 4 * M * 4;  // alpha, bound, m, l
+};
+
+#if defined(__CUDACC__)
+
+typedef unsigned int u32;
+typedef unsigned short u16;
+typedef unsigned long long u64;
+
+// Byte offset of 16-byte chunk `c` of row `r` in a swizzled tile of `rows` rows:
+// chunks are grouped eight to a 128-byte block row, blocks of all rows first.
+__device__ __forceinline__ int swizzled(int rows, int r, int c) {
+  return (c >> 3) * (rows * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4);
+}
+
+// P tile: rows of 32 16-bit values (four chunks), swizzled for ldmatrix.
+__device__ __forceinline__ int p_offset(int r, int c) { return r * 64 + ((c ^ ((r >> 1) & 3)) << 4); }
+
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+  return static_cast<u32>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(u32 (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+template <int ELEM>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+  if constexpr (ELEM == kElemBf16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Two floats to a packed pair of the MMA type; `lo` lands in the low half.
+template <int ELEM>
+__device__ __forceinline__ u32 pack2(float lo, float hi) {
+  u32 r;
+  if constexpr (ELEM == kElemBf16) {
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  } else {
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  }
+  return r;
+}
+
+// Two e4m3 values (low byte first) to a packed pair of the MMA type, exactly.
+template <int ELEM>
+__device__ __forceinline__ u32 widen_fp8x2(u32 two_bytes) {
+  u32 h2;
+  asm("{\n .reg .b16 lo;\n cvt.u16.u32 lo, %1;\n cvt.rn.f16x2.e4m3x2 %0, lo;\n}\n"
+      : "=r"(h2)
+      : "r"(two_bytes));
+  if constexpr (ELEM == kElemFp16) return h2;
+  float lo, hi;
+  asm("{\n .reg .b16 a, b;\n mov.b32 {a, b}, %2;\n cvt.f32.f16 %0, a;\n cvt.f32.f16 %1, b;\n}\n"
+      : "=f"(lo), "=f"(hi)
+      : "r"(h2));
+  return pack2<kElemBf16>(lo, hi);
+}
+
+__device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
+
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ int visible_kv(int kv_len, int q_len, int t) {
+  const int n = kv_len - q_len + 1 + t;
+  return n < 0 ? 0 : (n > kv_len ? kv_len : n);
+}
+
+template <int M, int PAGE, int ELEM, int KV>
+__device__ __forceinline__ void decode_tile(const Params& p) {
+  typedef Config<M, KV> C;
+  constexpr int T = kTileTokens;
+  constexpr int MT = C::kMTiles;
+  extern __shared__ __align__(1024) unsigned char smem[];
+  unsigned char* q_s = smem + C::kQOffset;
+  unsigned char* stage_s = smem + C::kStageOffset;
+  unsigned char* wide_s = smem + C::kWideOffset;
+  float* s_buf = reinterpret_cast<float*>(smem + C::kSOffset);
+  unsigned char* p_s = smem + C::kPOffset;
+  float* alpha_s = reinterpret_cast<float*>(smem + C::kRowInfoOffset);
+  int* bound_s = reinterpret_cast<int*>(alpha_s + M);
+  float* m_s = alpha_s + 2 * M;
+  float* l_s = alpha_s + 3 * M;
+
+  const WorkItem w = p.items[blockIdx.x];
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  const int g = lane >> 2;
+  const int c4 = lane & 3;
+  const int rows_total = w.q_len * p.heads;
+  const long long row0 = static_cast<long long>(w.token_offset) * p.heads + w.row_begin;
+  const int* page_row = p.page_table + static_cast<long long>(w.request) * p.page_table_stride;
+  const unsigned char* pool = static_cast<const unsigned char*>(p.pool);
+
+  if (tid < M) {
+    const int r = w.row_begin + tid;
+    int bound = 0;
+    if (r < rows_total) {
+      const int t = r / p.heads;
+      bound = p.token_bounds ? p.token_bounds[w.token_offset + t] : visible_kv(w.kv_len, w.q_len, t);
+      bound = bound < w.kv_end ? bound : w.kv_end;
+    }
+    bound_s[tid] = bound;
+  }
+
+  // Copies are spread eight threads to a row, each taking every eighth chunk,
+  // so a thread's addresses advance by constants and need few registers.
+  const int sub = tid & 7;
+  {
+    const unsigned char* q = static_cast<const unsigned char*>(p.q);
+#pragma unroll
+    for (int r = tid >> 3; r < M; r += kThreads / 8) {
+      const bool valid = w.row_begin + r < rows_total;
+      const unsigned char* src = valid ? q + (row0 + r) * kRowBytes16 + sub * 16 : q;
+#pragma unroll
+      for (int k = 0; k < kChunksPerRow / 8; ++k) {
+        cp_async_16(q_s + swizzled(M, r, sub + 8 * k), valid ? src + 128 * k : src, valid);
+      }
+    }
+  }
+
+  const int n_tiles = w.kv_end > w.kv_begin ? (w.kv_end - w.kv_begin + T - 1) / T : 0;
+
+  // Gathers KV tile `tile` (32 positions from kv_begin + 32 * tile) into `stage`.
+  const int load_tok = tid >> 3;
+  auto load_tile = [&](int tile, int stage) {
+    const int pos = w.kv_begin + tile * T + load_tok;
+    const bool valid = pos < w.kv_end;
+    const long long slot =
+        valid ? static_cast<long long>(page_row[pos / PAGE]) * PAGE + pos % PAGE : 0;
+    unsigned char* dst = stage_s + stage * C::kStageBytes;
+    if constexpr (KV == kKvFp8) {
+      const unsigned char* src = pool + slot * kHeadDim + sub * 16;
+#pragma unroll
+      for (int k = 0; k < (kHeadDim / 16 + 7) / 8; ++k) {
+        if (sub + 8 * k < kHeadDim / 16) {
+          cp_async_16(dst + load_tok * kHeadDim + (sub + 8 * k) * 16, src + 128 * k, valid);
+        }
+      }
+    } else {
+      const unsigned char* src = pool + slot * kRowBytes16 + sub * 16;
+#pragma unroll
+      for (int k = 0; k < kChunksPerRow / 8; ++k) {
+        cp_async_16(dst + swizzled(T, load_tok, sub + 8 * k), src + 128 * k, valid);
+      }
+    }
+  };
+
+#pragma unroll
+  for (int s = 0; s < C::kStages - 1; ++s) {
+    if (s < n_tiles) load_tile(s, s);
+    cp_async_commit();  // Q travels in the first group
+  }
+
+  // Softmax ownership: row srow, tokens [stok, stok + kRowTokens) of each tile.
+  const int srow = tid / C::kRowThreads;
+  const int stok = (tid % C::kRowThreads) * C::kRowTokens;
+  float m_run = neg_inf();
+  float l_run = 0.0f;
+
+  // S = Q K^T ownership: rows [16 mt, +16), tokens [16 wn, +16), every kWarpsK-th k16 step.
+  const int s_mt = warp % MT;
+  const int s_wn = (warp / MT) & 1;
+  const int s_wk = warp / (2 * MT);
+
+  float acc[MT][8][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
+
+  for (int it = 0; it < n_tiles; ++it) {
+    cp_async_wait<C::kStages - 2>();
+    __syncthreads();
+    {
+      const int next = it + C::kStages - 1;
+      if (next < n_tiles) load_tile(next, next % C::kStages);
+      cp_async_commit();
+    }
+    const unsigned char* kv = stage_s + (it % C::kStages) * C::kStageBytes;
+    if constexpr (KV == kKvFp8) {  // widen this thread's share of the tile in place order
+#pragma unroll
+      for (int k = 0; k < (kHeadDim / 16 + 7) / 8; ++k) {
+        const int c = sub + 8 * k;
+        if (c < kHeadDim / 16) {
+          const uint4 raw = *reinterpret_cast<const uint4*>(kv + load_tok * kHeadDim + c * 16);
+          const u32 words[4] = {raw.x, raw.y, raw.z, raw.w};
+          u32 wide[8];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            wide[2 * i] = widen_fp8x2<ELEM>(words[i] & 0xffffu);
+            wide[2 * i + 1] = widen_fp8x2<ELEM>(words[i] >> 16);
+          }
+          *reinterpret_cast<uint4*>(wide_s + swizzled(T, load_tok, 2 * c)) =
+              make_uint4(wide[0], wide[1], wide[2], wide[3]);
+          *reinterpret_cast<uint4*>(wide_s + swizzled(T, load_tok, 2 * c + 1)) =
+              make_uint4(wide[4], wide[5], wide[6], wide[7]);
+        }
+      }
+      __syncthreads();
+      kv = wide_s;
+    }
+
+    {  // S partial sums of this warp into s_buf[s_wk]
+      float s_acc[2][4];
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) s_acc[nt][i] = 0.0f;
+      // Warp s_wk takes k16 steps s_wk, s_wk + kWarpsK, ... Chunk 2 * kstep + x
+      // sits in block kstep / 4 at in-block slot (2 * (kstep % 4) + x) ^ (row % 8);
+      // with this interleave kstep % 4 cycles through kQ fixed values, so
+      // each thread keeps kQ slot offsets and the block offset is a constant.
+      constexpr int kQ = 4 / C::kWarpsK;
+      const int a_row = s_mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+      const int b_tok = s_wn * 16 + (lane & 7) + (lane >> 4) * 8;
+      int a_off[kQ], b_off[kQ];
+#pragma unroll
+      for (int j = 0; j < kQ; ++j) {
+        const int q4 = s_wk + C::kWarpsK * j;
+        a_off[j] = a_row * 128 + (((2 * q4 + (lane >> 4)) ^ (a_row & 7)) << 4);
+        b_off[j] = b_tok * 128 + (((2 * q4 + ((lane >> 3) & 1)) ^ (b_tok & 7)) << 4);
+      }
+#pragma unroll
+      for (int i = 0; i < C::kKSteps; ++i) {
+        const int block = i / kQ;
+        u32 a[4], b[4];
+        ldmatrix_x4(a, q_s + block * (M * 128) + a_off[i % kQ]);
+        ldmatrix_x4(b, kv + block * (T * 128) + b_off[i % kQ]);
+        mma_16816<ELEM>(s_acc[0], a, b[0], b[1]);
+        mma_16816<ELEM>(s_acc[1], a, b[2], b[3]);
+      }
+      float* sb = s_buf + s_wk * M * C::kSStride;
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const int col = s_wn * 16 + nt * 8 + 2 * c4;
+        const int r = s_mt * 16 + g;
+        *reinterpret_cast<float2*>(sb + r * C::kSStride + col) = make_float2(s_acc[nt][0], s_acc[nt][1]);
+        *reinterpret_cast<float2*>(sb + (r + 8) * C::kSStride + col) =
+            make_float2(s_acc[nt][2], s_acc[nt][3]);
+      }
+    }
+    __syncthreads();
+
+    {  // online softmax for (srow, stok..): P and the row's rescale factor
+      const int start = w.kv_begin + it * T;
+      const int bound = bound_s[srow];
+      float v[C::kRowTokens];
+      float tile_max = neg_inf();
+#pragma unroll
+      for (int i = 0; i < C::kRowTokens; ++i) {
+        float s = 0.0f;
+#pragma unroll
+        for (int k = 0; k < C::kWarpsK; ++k) s += s_buf[(k * M + srow) * C::kSStride + stok + i];
+        v[i] = start + stok + i < bound ? s * p.scale_log2 : neg_inf();
+        tile_max = fmaxf(tile_max, v[i]);
+      }
+#pragma unroll
+      for (int off = C::kRowThreads / 2; off > 0; off >>= 1) {
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, off));
+      }
+      const float m_new = fmaxf(m_run, tile_max);
+      const bool any = m_new != neg_inf();
+      const float alpha = any ? fast_exp2(m_run - m_new) : 1.0f;
+      float sum = 0.0f;
+#pragma unroll
+      for (int i = 0; i < C::kRowTokens; ++i) {
+        v[i] = any ? fast_exp2(v[i] - m_new) : 0.0f;
+        sum += v[i];
+      }
+#pragma unroll
+      for (int off = C::kRowThreads / 2; off > 0; off >>= 1) {
+        sum += __shfl_xor_sync(0xffffffffu, sum, off);
+      }
+      l_run = l_run * alpha + sum;
+      m_run = m_new;
+      u32 packed[C::kRowTokens / 2];
+#pragma unroll
+      for (int i = 0; i < C::kRowTokens / 2; ++i) packed[i] = pack2<ELEM>(v[2 * i], v[2 * i + 1]);
+      unsigned char* dst = p_s + p_offset(srow, stok >> 3) + (stok & 7) * 2;
+      if constexpr (C::kRowTokens == 2) {
+        *reinterpret_cast<u32*>(dst) = packed[0];
+      } else if constexpr (C::kRowTokens == 4) {
+        *reinterpret_cast<uint2*>(dst) = make_uint2(packed[0], packed[1]);
+      } else {
+        static_assert(C::kRowTokens == 8, "softmax threads own 2, 4 or 8 tokens");
+        *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+      }
+      if (stok == 0) alpha_s[srow] = alpha;
+    }
+    __syncthreads();
+
+    {  // O[:, 64 warp .. +64] = alpha * O + P V
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const float a_lo = alpha_s[mt * 16 + g];
+        const float a_hi = alpha_s[mt * 16 + g + 8];
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          acc[mt][nt][0] *= a_lo;
+          acc[mt][nt][1] *= a_lo;
+          acc[mt][nt][2] *= a_hi;
+          acc[mt][nt][3] *= a_hi;
+        }
+      }
+      // Same trick as in S: the in-block slots are fixed per thread, the
+      // token and row steps are constants.
+      const int pa_row = (lane & 7) + ((lane >> 3) & 1) * 8;
+      const int v_tok = (lane & 7) + ((lane >> 3) & 1) * 8;
+      int p_off[T / 16], v_off[4];
+#pragma unroll
+      for (int kk = 0; kk < T / 16; ++kk) p_off[kk] = p_offset(pa_row, kk * 2 + (lane >> 4));
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        v_off[np] = warp * (T * 128) + v_tok * 128 + (((np * 2 + (lane >> 4)) ^ (v_tok & 7)) << 4);
+      }
+#pragma unroll
+      for (int kk = 0; kk < T / 16; ++kk) {
+        u32 pa[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) ldmatrix_x4(pa[mt], p_s + mt * 16 * 64 + p_off[kk]);
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+          u32 b[4];
+          ldmatrix_x4_trans(b, kv + kk * 16 * 128 + v_off[np]);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            mma_16816<ELEM>(acc[mt][2 * np], pa[mt], b[0], b[1]);
+            mma_16816<ELEM>(acc[mt][2 * np + 1], pa[mt], b[2], b[3]);
+          }
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  if (stok == 0) {
+    m_s[srow] = m_run;
+    l_s[srow] = l_run;
+  }
+  __syncthreads();
+
+  const bool direct = w.split < 0;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = mt * 16 + g + half * 8;
+      if (w.row_begin + r >= rows_total) continue;
+      const float l = l_s[r];
+      const float inv = l > 0.0f ? p.out_scale / l : 0.0f;
+      if (direct) {
+        u32* out = reinterpret_cast<u32*>(static_cast<u16*>(p.out) + (row0 + r) * kLatent);
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          const int col = warp * 64 + nt * 8 + 2 * c4;
+          out[col / 2] = pack2<ELEM>(acc[mt][nt][2 * half] * inv, acc[mt][nt][2 * half + 1] * inv);
+        }
+      } else {
+        const long long entry = static_cast<long long>(w.first_entry) + static_cast<long long>(r) * w.splits + w.split;
+        float* out = p.partial_out + entry * kLatent;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          const int col = warp * 64 + nt * 8 + 2 * c4;
+          *reinterpret_cast<float2*>(out + col) =
+              make_float2(acc[mt][nt][2 * half] * inv, acc[mt][nt][2 * half + 1] * inv);
+        }
+      }
+    }
+  }
+  if (tid < M && w.row_begin + tid < rows_total) {
+    const float l = l_s[tid];
+    const float m = l > 0.0f ? m_s[tid] * 0.6931471805599453f : neg_inf();
+    if (direct) {
+      if (p.stats) *reinterpret_cast<float2*>(p.stats + (row0 + tid) * 2) = make_float2(m, l);
+    } else {
+      const long long entry = static_cast<long long>(w.first_entry) + static_cast<long long>(tid) * w.splits + w.split;
+      *reinterpret_cast<float2*>(p.partial_stats + entry * 2) = make_float2(m, l);
+    }
+  }
+}
+
+template <int M, int PAGE, int ELEM, int KV>
+__global__ void __launch_bounds__(kThreads, Config<M, KV>::kBlocksPerSm)
+    mla_decode_kernel(Params p) {
+  decode_tile<M, PAGE, ELEM, KV>(p);
+}
+
+#endif  // __CUDACC__
+
+}  // namespace helixmla_tc

@@ -1,0 +1,185 @@
+#include "cuda/tensorcore_plan.hpp"
+
+#include <algorithm>
+#include <functional>
+#include <queue>
+
+namespace helixmla::cuda {
+
+namespace {
+
+constexpr std::int64_t kTile = helixmla_tc::kTileTokens;
+// Per-block cost besides its KV tiles (Q load, epilogue), and the cost of
+// splitting at all (partials written and read, one more launch), in KV tiles.
+constexpr std::int64_t kItemOverheadTiles = 2;
+constexpr std::int64_t kSplitLaunchTiles = 4;
+constexpr std::int64_t kMinSplitTiles = 4;
+constexpr std::int32_t kMaxSplitsSearched = 64;
+
+std::size_t align_up(std::size_t value) { return (value + 255) / 256 * 256; }
+
+// One row tile of one request with its visible KV.
+struct Unit {
+  std::int32_t request = 0;
+  std::int32_t token_offset = 0;
+  std::int32_t row_begin = 0;
+  std::int32_t rows = 0;
+  std::int32_t kv_visible = 0;  // KV positions any row of the tile sees
+  std::int64_t tiles() const { return (kv_visible + kTile - 1) / kTile; }
+};
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// Splits of a row tile with `tiles` KV tiles when no split may exceed `chunk`
+// tiles; the splits then take ceil(tiles / splits) tiles each, the last fewer
+// (possibly none: an empty split still reports l = 0 to the combine).
+std::int64_t splits_for(std::int64_t tiles, std::int64_t chunk) {
+  return tiles <= chunk ? 1 : ceil_div(tiles, ceil_div(tiles, ceil_div(tiles, chunk)));
+}
+
+// Time to finish all items on `slots` parallel blocks, greedily longest first.
+std::int64_t makespan(std::vector<std::int64_t> costs, std::int32_t slots) {
+  std::sort(costs.begin(), costs.end(), std::greater<>());
+  std::priority_queue<std::int64_t, std::vector<std::int64_t>, std::greater<>> loads;
+  for (std::int32_t i = 0; i < slots; ++i) loads.push(0);
+  std::int64_t finish = 0;
+  for (std::int64_t cost : costs) {
+    const std::int64_t load = loads.top() + cost;
+    loads.pop();
+    loads.push(load);
+    finish = std::max(finish, load);
+  }
+  return finish;
+}
+
+// The split chunk (in KV tiles) that finishes soonest; no split when none helps.
+std::int64_t choose_chunk(const std::vector<Unit>& units, std::int32_t slots) {
+  std::int64_t longest = 0;
+  for (const Unit& u : units) longest = std::max(longest, u.tiles());
+  std::int64_t best_chunk = std::max<std::int64_t>(longest, 1);
+  if (units.size() >= static_cast<std::size_t>(4) * slots) return best_chunk;
+  std::int64_t best_time = -1;
+  for (std::int32_t s = 1; s <= kMaxSplitsSearched; ++s) {
+    const std::int64_t chunk = ceil_div(longest, s);
+    if (s > 1 && (chunk < kMinSplitTiles || units.size() * s > static_cast<std::size_t>(8) * slots)) {
+      break;
+    }
+    std::vector<std::int64_t> costs;
+    bool split = false;
+    for (const Unit& u : units) {
+      const std::int64_t n = splits_for(u.tiles(), chunk);
+      split = split || n > 1;
+      const std::int64_t per = ceil_div(u.tiles(), n);
+      for (std::int64_t i = 0; i < n; ++i) {
+        costs.push_back(std::max<std::int64_t>(0, std::min(per, u.tiles() - i * per)) +
+                        kItemOverheadTiles);
+      }
+    }
+    const std::int64_t time = makespan(std::move(costs), slots) + (split ? kSplitLaunchTiles : 0);
+    if (best_time < 0 || time < best_time) {
+      best_time = time;
+      best_chunk = chunk;
+    }
+  }
+  return best_chunk;
+}
+
+std::int32_t token_bound(const Problem& phase, std::int32_t request, std::int32_t token_offset,
+                         std::int32_t t) {
+  const std::int32_t kv = phase.kv_len[static_cast<std::size_t>(request)];
+  std::int64_t bound = phase.helix.token_kv_bounds.empty()
+                           ? visible_kv(kv, phase.q_len[static_cast<std::size_t>(request)], t)
+                           : phase.helix.token_kv_bounds[static_cast<std::size_t>(token_offset + t)];
+  return static_cast<std::int32_t>(std::clamp<std::int64_t>(bound, 0, kv));
+}
+
+}  // namespace
+
+TensorcorePlan plan_tensorcore(const Problem& phase, std::int32_t rows_tile,
+                               std::int32_t parallel_blocks) {
+  TensorcorePlan plan;
+  plan.rows_tile = rows_tile;
+  const std::int32_t heads = phase.num_heads;
+
+  std::vector<Unit> units;
+  std::int32_t token_offset = 0;
+  for (std::int32_t r = 0; r < phase.num_requests(); ++r) {
+    const std::int32_t q_len = phase.q_len[static_cast<std::size_t>(r)];
+    const std::int32_t rows = q_len * heads;
+    for (std::int32_t begin = 0; begin < rows; begin += rows_tile) {
+      Unit u;
+      u.request = r;
+      u.token_offset = token_offset;
+      u.row_begin = begin;
+      u.rows = std::min(rows_tile, rows - begin);
+      const std::int32_t last_token = (begin + u.rows - 1) / heads;
+      for (std::int32_t t = begin / heads; t <= last_token; ++t) {
+        u.kv_visible = std::max(u.kv_visible, token_bound(phase, r, token_offset, t));
+      }
+      units.push_back(u);
+    }
+    token_offset += q_len;
+  }
+
+  const std::int64_t chunk = choose_chunk(units, std::max(parallel_blocks, 1));
+  std::vector<std::pair<std::int64_t, helixmla_tc::WorkItem>> ordered;
+  for (const Unit& u : units) {
+    helixmla_tc::WorkItem item{};
+    item.token_offset = u.token_offset;
+    item.q_len = phase.q_len[static_cast<std::size_t>(u.request)];
+    item.kv_len = phase.kv_len[static_cast<std::size_t>(u.request)];
+    item.request = u.request;
+    item.row_begin = u.row_begin;
+    const std::int64_t n = splits_for(u.tiles(), chunk);
+    if (n == 1) {
+      item.kv_begin = 0;
+      item.kv_end = u.kv_visible;
+      item.split = -1;
+      item.splits = 1;
+      ordered.emplace_back(u.kv_visible, item);
+      continue;
+    }
+    const std::int64_t per = ceil_div(u.tiles(), n) * kTile;
+    SplitSegment seg;
+    seg.first_partial_row = plan.split_rows;
+    seg.first_entry = plan.entries;
+    seg.first_out_row = std::int64_t{u.token_offset} * heads + u.row_begin;
+    seg.rows = u.rows;
+    seg.splits = static_cast<std::int32_t>(n);
+    plan.segments.push_back(seg);
+    for (std::int64_t s = 0; s < n; ++s) {
+      item.kv_begin = static_cast<std::int32_t>(s * per);
+      item.kv_end = static_cast<std::int32_t>(std::min<std::int64_t>(u.kv_visible, (s + 1) * per));
+      item.split = static_cast<std::int32_t>(s);
+      item.splits = static_cast<std::int32_t>(n);
+      item.first_entry = static_cast<std::int32_t>(plan.entries);
+      ordered.emplace_back(item.kv_end - item.kv_begin, item);
+    }
+    plan.entries += std::int64_t{u.rows} * n;
+    plan.split_rows += u.rows;
+  }
+  // Longest first lets the block scheduler balance uneven lengths; stable, so
+  // the row tiles of one request stay neighbours and share KV through L2.
+  std::stable_sort(ordered.begin(), ordered.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  plan.items.reserve(ordered.size());
+  for (const auto& entry : ordered) plan.items.push_back(entry.second);
+
+  plan.items_offset = 0;
+  plan.segments_offset = align_up(plan.items.size() * sizeof(helixmla_tc::WorkItem));
+  plan.bounds_offset =
+      plan.segments_offset + align_up(plan.segments.size() * sizeof(SplitSegment));
+  plan.page_table_offset =
+      plan.bounds_offset + align_up(phase.helix.token_kv_bounds.size() * sizeof(std::int32_t));
+  plan.metadata_bytes =
+      plan.page_table_offset + align_up(phase.page_table.size() * sizeof(std::int32_t));
+  plan.partial_out_offset = plan.metadata_bytes;
+  plan.partial_stats_offset =
+      plan.partial_out_offset + align_up(static_cast<std::size_t>(plan.entries) *
+                                         helixmla_tc::kLatent * sizeof(float));
+  plan.workspace_bytes =
+      plan.partial_stats_offset + align_up(static_cast<std::size_t>(plan.entries) * 2 * sizeof(float));
+  return plan;
+}
+
+}  // namespace helixmla::cuda

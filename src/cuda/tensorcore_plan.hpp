@@ -1,0 +1,41 @@
+// Host-side work decomposition for the tensor-core kernel: which blocks run,
+// over which rows and KV ranges, where split partials go, and the layout of
+// the workspace. A pure function of the phase's host metadata and the GPU's
+// size, so workspace_bytes and prepare agree.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "cuda/split_combine.hpp"
+#include "cuda/tensorcore_kernel.cuh"
+#include "helixmla/problem.hpp"
+
+namespace helixmla::cuda {
+
+struct TensorcorePlan {
+  std::int32_t rows_tile = 64;
+  std::vector<helixmla_tc::WorkItem> items;  // launch order: longest first
+  std::vector<SplitSegment> segments;        // row tiles whose KV is split
+  std::int64_t entries = 0;                  // split partial entries
+  std::int64_t split_rows = 0;               // rows that need the combine
+
+  // Workspace layout (byte offsets); the first `metadata_bytes` are uploaded.
+  std::size_t items_offset = 0;
+  std::size_t segments_offset = 0;
+  std::size_t bounds_offset = 0;
+  std::size_t page_table_offset = 0;  // the phase's page table is host memory too
+  std::size_t metadata_bytes = 0;
+  std::size_t partial_out_offset = 0;
+  std::size_t partial_stats_offset = 0;
+  std::size_t workspace_bytes = 0;
+};
+
+// `parallel_blocks` is how many blocks the GPU runs at once (multiprocessors
+// times blocks per multiprocessor); the KV of long requests is split until
+// the work fills it evenly.
+TensorcorePlan plan_tensorcore(const Problem& phase, std::int32_t rows_tile,
+                               std::int32_t parallel_blocks);
+
+}  // namespace helixmla::cuda

@@ -1,0 +1,42 @@
+// Which tensor-core kernel variant runs a shape, and which variants are
+// compiled into the library. Pure functions of the shape: no CUDA calls, so
+// the catalog answers the same in a sweep on a machine without a GPU.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "helixmla/backend.hpp"
+#include "helixmla/dtype.hpp"
+
+namespace helixmla::cuda {
+
+// Precompiled page sizes (the others are compiled just in time), and the
+// dtype pairs they are precompiled for: bf16 Q with bf16 or fp8 KV.
+inline constexpr std::array<std::int32_t, 4> kTensorcorePrecompiledPages = {16, 32, 64, 128};
+inline constexpr std::array<std::int32_t, 3> kTensorcoreRowTiles = {16, 32, 64};
+
+struct TensorcoreVariant {
+  std::int32_t rows = 64;  // query rows per block (16, 32 or 64)
+  std::int32_t page_size = 64;
+  DType q_dtype = DType::bf16;   // also the output and MMA input type
+  DType kv_dtype = DType::bf16;  // q_dtype or fp8_e4m3
+
+  bool precompiled() const;
+  int elem_kind() const;  // helixmla_tc::ElemKind
+  int kv_kind() const;    // helixmla_tc::KvKind
+  int smem_bytes() const;
+  int blocks_per_sm() const;
+  // e.g. "tc_m64_p64_bf16_fp8"
+  std::string name() const;
+  bool operator==(const TensorcoreVariant&) const = default;
+};
+
+// Rows of a request's tile for H heads and `q_len` tokens (0 = varies: a
+// context phase), the smallest of 16/32/64 that holds H * q_len, else 64.
+std::int32_t tensorcore_row_tile(std::int32_t heads, std::int32_t q_len);
+
+TensorcoreVariant tensorcore_variant_for(const PhaseShape& shape);
+
+}  // namespace helixmla::cuda

@@ -1,0 +1,338 @@
+// The cuda_tensorcore backend against the float64 reference: heads x page
+// size x q_len x KV dtype, just-in-time page sizes, fp16, Helix bounds and
+// statistics, split-KV, mixed batches, caller workspaces and CUDA graph
+// replay. Outputs are NaN-poisoned before every run, so an element the kernel
+// never wrote cannot pass.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compare.hpp"
+#include "cuda/tensorcore_backend.hpp"
+#include "cuda/tensorcore_plan.hpp"
+#include "cuda/tensorcore_variants.hpp"
+#include "device_batch.hpp"
+#include "gpu/gpu_test_support.hpp"
+#include "helixmla/error.hpp"
+#include "helixmla/planner.hpp"
+#include "helixmla/validate.hpp"
+#include "synthetic_batch.hpp"
+
+namespace helixmla::testing {
+namespace {
+
+constexpr double kStatsTolerance = 1e-3;
+
+double tolerance_for(DType kv) { return kv == DType::fp8_e4m3 ? 3e-2 : 1e-2; }
+
+#define SKIP_WITHOUT_TENSORCORE()                                                         \
+  do {                                                                                   \
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";                      \
+    if (!cuda::make_tensorcore_backend()->available(Environment::detect())) {             \
+      GTEST_SKIP() << "cuda_tensorcore unavailable: "                                     \
+                   << cuda::make_tensorcore_backend()->available(Environment::detect()).reason; \
+    }                                                                                    \
+  } while (0)
+
+void check_cuda(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) throw RuntimeFailure(std::string(what) + ": " + cudaGetErrorString(status));
+}
+
+struct RunInfo {
+  int phases = 0;
+  bool any_split = false;
+  bool any_jit = false;
+};
+
+// Plans the phases of `device_problem`, requires the tensor-core backend to
+// claim each, and prepares them (own workspace) without launching.
+std::vector<std::unique_ptr<PreparedRun>> prepare_all(const Problem& device_problem, cudaStream_t stream,
+                                                      RunInfo* info) {
+  const BackendPtr backend = cuda::make_tensorcore_backend();
+  const Environment env = Environment::detect();
+  validate(device_problem);
+  const PhasePlan plan = plan_phases(device_problem);
+  std::vector<std::unique_ptr<PreparedRun>> runs;
+  for (const std::optional<Phase>* phase : {&plan.context, &plan.generation}) {
+    if (!phase->has_value()) continue;
+    const PhaseShape shape = shape_of(**phase, device_problem);
+    const Verdict checked = backend->check(shape);
+    if (!checked) throw std::runtime_error("check refused " + describe(shape) + ": " + checked.reason);
+    KernelVariant chosen;
+    const Verdict can = backend->catalog().can_implement(shape, env, &chosen);
+    if (!can) throw std::runtime_error("catalog refused " + describe(shape) + ": " + can.reason);
+    if (info) {
+      ++info->phases;
+      info->any_jit = info->any_jit || !chosen.precompiled;
+      const Problem& part = (*phase)->problem;
+      const std::int32_t q_len = part.num_contexts > 0 ? 0 : part.q_len.front();
+      int sms = 0;
+      check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "sm count");
+      const cuda::TensorcoreVariant v = cuda::tensorcore_variant_for(shape);
+      EXPECT_EQ(v.rows, cuda::tensorcore_row_tile(part.num_heads, q_len));
+      const cuda::TensorcorePlan p = cuda::plan_tensorcore(part, v.rows, sms * v.blocks_per_sm());
+      info->any_split = info->any_split || !p.segments.empty();
+    }
+    runs.push_back(backend->prepare((*phase)->problem, Workspace{}, stream));
+  }
+  return runs;
+}
+
+RunInfo run_tensorcore(const Problem& device_problem, cudaStream_t stream) {
+  RunInfo info;
+  auto runs = prepare_all(device_problem, stream, &info);
+  for (auto& run : runs) run->enqueue(stream);
+  check_cuda(cudaStreamSynchronize(stream), "run synchronize");
+  return info;
+}
+
+void expect_matches_reference(SyntheticBatch& host, const std::string& label) {
+  const Problem problem = host.problem();
+  const NaiveResult reference = parallel_naive_attention(problem);
+  const Comparison out = compare(host.out_.data(), problem.out_dtype, reference.out);
+  EXPECT_TRUE(out.within(tolerance_for(problem.kv.dtype)))
+      << label << ": rel L2 " << out.rel_l2_err << ", max abs " << out.max_abs_err << ", non-finite "
+      << out.non_finite;
+  if (problem.stats.present()) {
+    const StatsComparison stats = compare_stats(host.stats_, reference.stats);
+    EXPECT_TRUE(stats.within(kStatsTolerance))
+        << label << ": stats m err " << stats.max_m_err << ", l rel err " << stats.max_l_rel_err
+        << ", empty mismatches " << stats.empty_mismatches << ", non-finite " << stats.non_finite;
+  }
+}
+
+RunInfo expect_parity(SyntheticBatch& host, const std::string& label) {
+  DeviceBatch device(host);
+  TestStream stream;
+  device.poison_outputs();
+  check_cuda(cudaDeviceSynchronize(), "poison");
+  RunInfo info;
+  try {
+    info = run_tensorcore(device.problem(), stream.get());
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << label << ": " << e.what();
+    return info;
+  }
+  device.download_outputs();
+  expect_matches_reference(host, label);
+  return info;
+}
+
+std::string label_of(const BatchSpec& s) {
+  return "H" + std::to_string(s.heads) + " q" + std::to_string(s.q_len) + " page" +
+         std::to_string(s.page_size) + " kv=" + std::string(to_string(s.kv_dtype)) + " q=" +
+         std::string(to_string(s.q_dtype)) + " gens" + std::to_string(s.generations) + " ctx" +
+         std::to_string(s.contexts);
+}
+
+BatchSpec decode_spec(std::int32_t heads, std::int32_t q_len, std::int32_t page, DType kv) {
+  BatchSpec s;
+  s.heads = heads;
+  s.q_len = q_len;
+  s.page_size = page;
+  s.kv_dtype = kv;
+  s.q_dtype = default_q_dtype(kv);
+  s.kv_scale = kv == DType::fp8_e4m3 ? 0.0625f : 1.0f;
+  s.generations = 3;
+  s.kv_len = {5, 301, 130};  // partial KV tiles and pages, a request shorter than a tile
+  s.stats = true;
+  s.seed = static_cast<std::uint64_t>(heads * 1000 + q_len * 100 + page);
+  return s;
+}
+
+class TensorcoreSweep : public ::testing::TestWithParam<std::tuple<DType, std::int32_t>> {};
+
+TEST_P(TensorcoreSweep, MatchesReferenceForEveryHeadCountAndQLen) {
+  SKIP_WITHOUT_TENSORCORE();
+  const auto [kv, page] = GetParam();
+  for (std::int32_t heads : {1, 16, 24, 48, 64, 96, 128}) {
+    for (std::int32_t q_len : {1, 2, 4}) {
+      BatchSpec spec = decode_spec(heads, q_len, page, kv);
+      SyntheticBatch host(spec);
+      expect_parity(host, label_of(spec));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(PagesAndKv, TensorcoreSweep,
+                         ::testing::Combine(::testing::Values(DType::bf16, DType::fp8_e4m3),
+                                            ::testing::Values(1, 16, 32, 64, 128)));
+
+TEST(TensorcoreJit, PageSizesOutsideThePrecompiledSetRun) {
+  SKIP_WITHOUT_TENSORCORE();
+  if (!Environment::detect().nvrtc) GTEST_SKIP() << "no NVRTC";
+  for (std::int32_t page : {48, 96, 3}) {
+    for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
+      BatchSpec spec = decode_spec(48, page == 3 ? 2 : 1, page, kv);
+      SyntheticBatch host(spec);
+      const RunInfo info = expect_parity(host, label_of(spec));
+      EXPECT_TRUE(info.any_jit) << label_of(spec);
+    }
+  }
+}
+
+TEST(TensorcoreJit, Fp16QueriesWithFp16AndFp8Kv) {
+  SKIP_WITHOUT_TENSORCORE();
+  if (!Environment::detect().nvrtc) GTEST_SKIP() << "no NVRTC";
+  for (DType kv : {DType::fp16, DType::fp8_e4m3}) {
+    for (std::int32_t heads : {16, 128}) {
+      BatchSpec spec = decode_spec(heads, 2, 64, kv);
+      spec.q_dtype = DType::fp16;
+      SyntheticBatch host(spec);
+      expect_parity(host, label_of(spec));
+    }
+  }
+}
+
+// Per-token Helix bounds that differ inside a verify group, including tokens
+// that see nothing (stats (-inf, 0), zero output).
+TEST(TensorcoreHelix, PerTokenBoundsAndStats) {
+  SKIP_WITHOUT_TENSORCORE();
+  for (std::int32_t heads : {16, 48, 128}) {
+    for (std::int32_t page : {16, 64}) {
+      BatchSpec spec = decode_spec(heads, 4, page, heads == 48 ? DType::fp8_e4m3 : DType::bf16);
+      spec.kv_len = {70, 1000, 3};
+      SyntheticBatch host(spec);
+      std::vector<std::int32_t> bounds;
+      for (std::int32_t r = 0; r < 3; ++r) {
+        for (std::int32_t t = 0; t < 4; ++t) {
+          const std::int32_t kv = host.kv_len_[r];
+          bounds.push_back(t < 2 ? 0 : std::min(kv, kv / 2 + 7 * t));  // non-decreasing
+        }
+      }
+      DeviceBatch device(host);
+      TestStream stream;
+      Problem p = device.problem();
+      p.helix.cp_size = 2;
+      p.helix.cp_rank = 1;
+      p.helix.token_kv_bounds = bounds;
+      device.poison_outputs();
+      check_cuda(cudaDeviceSynchronize(), "poison");
+      ASSERT_NO_THROW(run_tensorcore(p, stream.get())) << label_of(spec);
+      device.download_outputs();
+      Problem hp = host.problem();
+      hp.helix = p.helix;
+      const NaiveResult reference = parallel_naive_attention(hp);
+      const Comparison out = compare(host.out_.data(), hp.out_dtype, reference.out);
+      EXPECT_TRUE(out.within(tolerance_for(spec.kv_dtype)))
+          << label_of(spec) << " helix: rel L2 " << out.rel_l2_err << " non-finite " << out.non_finite;
+      const StatsComparison stats = compare_stats(host.stats_, reference.stats);
+      EXPECT_TRUE(stats.within(kStatsTolerance))
+          << label_of(spec) << " helix stats: m " << stats.max_m_err << " l " << stats.max_l_rel_err
+          << " empty " << stats.empty_mismatches << " non-finite " << stats.non_finite;
+    }
+  }
+}
+
+TEST(TensorcoreSplitKv, FewLongRequestsAreSplitAndCombined) {
+  SKIP_WITHOUT_TENSORCORE();
+  struct Case {
+    std::int32_t heads, q_len;
+    std::vector<std::int32_t> kv_len;
+    DType kv;
+  };
+  const Case cases[] = {{128, 1, {20000}, DType::bf16},
+                        {16, 2, {9000, 17, 30000}, DType::bf16},
+                        {48, 1, {12000, 40}, DType::fp8_e4m3},
+                        {24, 4, {6000}, DType::bf16}};
+  for (const Case& c : cases) {
+    BatchSpec spec = decode_spec(c.heads, c.q_len, 64, c.kv);
+    spec.generations = static_cast<std::int32_t>(c.kv_len.size());
+    spec.kv_len = c.kv_len;
+    SyntheticBatch host(spec);
+    const RunInfo info = expect_parity(host, label_of(spec) + " split");
+    EXPECT_TRUE(info.any_split) << label_of(spec) << ": the plan did not split";
+  }
+}
+
+TEST(TensorcoreMixed, ContextAndGenerationPhasesBothRun) {
+  SKIP_WITHOUT_TENSORCORE();
+  for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
+    BatchSpec spec = decode_spec(24, 2, 16, kv);
+    spec.contexts = 2;
+    spec.context_len = 70;
+    SyntheticBatch host(spec);
+    const RunInfo info = expect_parity(host, label_of(spec));
+    EXPECT_EQ(info.phases, 2);
+  }
+}
+
+TEST(TensorcoreWorkspace, CallerWorkspaceIsUsedAndSizeChecked) {
+  SKIP_WITHOUT_TENSORCORE();
+  BatchSpec spec = decode_spec(128, 1, 64, DType::bf16);
+  spec.generations = 1;
+  spec.kv_len = {20000};
+  SyntheticBatch host(spec);
+  DeviceBatch device(host);
+  TestStream stream;
+  const Problem p = device.problem();
+  const BackendPtr backend = cuda::make_tensorcore_backend();
+  const std::size_t bytes = backend->workspace_bytes(p);
+  ASSERT_GT(bytes, 0u);
+  DeviceBuffer workspace(bytes);
+  EXPECT_THROW(backend->prepare(p, Workspace{workspace.data(), bytes - 1}, stream.get()), InvalidArgument);
+  device.poison_outputs();
+  check_cuda(cudaDeviceSynchronize(), "poison");
+  auto run = backend->prepare(p, Workspace{workspace.data(), bytes}, stream.get());
+  run->enqueue(stream.get());
+  stream.synchronize();
+  device.download_outputs();
+  expect_matches_reference(host, "caller workspace");
+}
+
+TEST(TensorcoreGraphReplay, CapturedRunReplaysCorrectly) {
+  SKIP_WITHOUT_TENSORCORE();
+  for (std::int32_t page : {64, 48}) {
+    BatchSpec spec = decode_spec(48, 2, page, DType::bf16);
+    spec.generations = 2;
+    spec.kv_len = {9000, 300};  // split and unsplit rows in one graph
+    SyntheticBatch host(spec);
+    DeviceBatch device(host);
+    TestStream stream;
+    RunInfo info;
+    auto runs = prepare_all(device.problem(), stream.get(), &info);
+    EXPECT_TRUE(info.any_split);
+    stream.synchronize();  // metadata uploads land before capture
+
+    cudaGraph_t graph = nullptr;
+    check_cuda(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal), "begin capture");
+    for (auto& run : runs) run->enqueue(stream.get());
+    check_cuda(cudaStreamEndCapture(stream.get(), &graph), "end capture");
+    cudaGraphExec_t exec = nullptr;
+    check_cuda(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+    for (int replay = 0; replay < 2; ++replay) {
+      device.poison_outputs();
+      check_cuda(cudaDeviceSynchronize(), "poison");
+      check_cuda(cudaGraphLaunch(exec, stream.get()), "graph launch");
+      stream.synchronize();
+      device.download_outputs();
+      expect_matches_reference(host, label_of(spec) + " replay " + std::to_string(replay));
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+}
+
+// A small, fast subset for compute-sanitizer memcheck and racecheck: every
+// row tile, fp8 widening, a JIT page size, splits and Helix-empty rows.
+TEST(TensorcoreSanitize, SmallRepresentativeShapes) {
+  SKIP_WITHOUT_TENSORCORE();
+  const std::tuple<std::int32_t, std::int32_t, std::int32_t, DType> shapes[] = {
+      {16, 1, 64, DType::bf16}, {24, 1, 16, DType::fp8_e4m3}, {48, 2, 32, DType::bf16},
+      {128, 1, 128, DType::fp8_e4m3}, {5, 3, 1, DType::bf16}};
+  for (const auto& [heads, q_len, page, kv] : shapes) {
+    BatchSpec spec = decode_spec(heads, q_len, page, kv);
+    spec.generations = 2;
+    spec.kv_len = {3000, 40};
+    SyntheticBatch host(spec);
+    expect_parity(host, label_of(spec));
+  }
+}
+
+}  // namespace
+}  // namespace helixmla::testing

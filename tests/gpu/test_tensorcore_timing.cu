@@ -1,0 +1,172 @@
+// Timing of the tensor-core backend on the benchmark suite's shapes
+// (bench/mla-decode-v1.csv), printed for the record, never asserted: CUDA
+// graph replay, median of timed replays, against the device-to-device copy
+// bandwidth measured in the same run. Inputs are drawn on the device; the KV
+// of every case is far larger than L2. Only checks that outputs are finite.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#include "cuda/tensorcore_backend.hpp"
+#include "device_batch.hpp"
+#include "helixmla/validate.hpp"
+#include "synthetic_batch.hpp"
+
+namespace helixmla::testing {
+namespace {
+
+__device__ std::uint32_t hash32(std::uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return static_cast<std::uint32_t>(x);
+}
+
+// bf16 elements uniform in [-1, 1), or e4m3 codes with exponent <= 14 (never NaN).
+__global__ void fill_random(void* data, std::int64_t count, bool fp8, std::uint64_t seed) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::uint32_t h = hash32(seed * 0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(i));
+    if (fp8) {
+      static_cast<std::uint8_t*>(data)[i] = static_cast<std::uint8_t>(h & 0xf7u);
+    } else {
+      const float f = static_cast<float>(h & 0xffffu) / 32768.0f - 1.0f;
+      static_cast<std::uint16_t*>(data)[i] = static_cast<std::uint16_t>(__float_as_uint(f) >> 16);
+    }
+  }
+}
+
+void check(cudaError_t status) { ASSERT_EQ(status, cudaSuccess) << cudaGetErrorString(status); }
+
+struct SuiteCase {
+  int id;
+  std::int32_t heads, q_len, batch, kv_len, page;
+  DType kv;
+};
+
+double median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double copy_bandwidth() {
+  const std::size_t bytes = std::size_t{1} << 31;
+  DeviceBuffer a(bytes), b(bytes);
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  std::vector<float> ms;
+  for (int i = 0; i < 12; ++i) {
+    cudaEventRecord(start);
+    cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice);
+    cudaEventRecord(stop);
+    cudaEventSynchronize(stop);
+    float t = 0;
+    cudaEventElapsedTime(&t, start, stop);
+    if (i >= 2) ms.push_back(t);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return 2.0 * bytes / (median(ms) * 1e-3);
+}
+
+TEST(TensorcoreTiming, SuiteShapesPrintTimes) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const BackendPtr backend = cuda::make_tensorcore_backend();
+  const Environment env = Environment::detect();
+  if (!backend->available(env)) GTEST_SKIP() << backend->available(env).reason;
+
+  const double copy = copy_bandwidth();
+  std::printf("[timing] device-to-device copy: %.2f TB/s (read + write)\n", copy / 1e12);
+  const SuiteCase cases[] = {
+      {1, 128, 1, 128, 4096, 64, DType::bf16},   {2, 128, 2, 64, 8192, 64, DType::bf16},
+      {3, 64, 1, 64, 8192, 64, DType::bf16},     {4, 48, 1, 64, 16384, 64, DType::bf16},
+      {5, 16, 1, 128, 8192, 64, DType::bf16},    {6, 16, 4, 64, 8192, 64, DType::bf16},
+      {7, 16, 1, 8, 131072, 64, DType::bf16},    {8, 128, 1, 1, 32768, 64, DType::bf16},
+      {10, 48, 1, 64, 16384, 64, DType::fp8_e4m3}, {11, 16, 1, 128, 8192, 64, DType::fp8_e4m3},
+      {12, 128, 1, 128, 4096, 64, DType::fp8_e4m3}, {13, 48, 1, 64, 16384, 32, DType::bf16},
+      {14, 48, 1, 64, 16384, 128, DType::bf16},  {15, 16, 1, 128, 8192, 16, DType::bf16},
+      {16, 48, 1, 64, 16384, 1, DType::bf16}};
+  std::printf("[timing] case  heads q_len batch   kv_len page kv    |      us     GB/s  TFLOP/s  %%copy\n");
+  for (const SuiteCase& c : cases) {
+    BatchSpec spec;
+    spec.heads = c.heads;
+    spec.q_len = c.q_len;
+    spec.generations = c.batch;
+    spec.kv_len = {c.kv_len};
+    spec.page_size = c.page;
+    spec.kv_dtype = c.kv;
+    spec.kv_scale = c.kv == DType::fp8_e4m3 ? 1.0f / 64 : 1.0f;
+    spec.spare_pages = 0;
+    spec.allocate_tensors = false;
+    SyntheticBatch host(spec);
+    Problem p = host.problem();
+    const std::int64_t tokens = host.num_tokens();
+    const std::size_t pool_elems = static_cast<std::size_t>(host.num_pages()) * c.page * 576;
+    const std::size_t kv_bytes = pool_elems * dtype_size(c.kv);
+    DeviceBuffer pool(kv_bytes), q(tokens * c.heads * 576 * 2), out(tokens * c.heads * 512 * 2);
+    fill_random<<<1024, 256>>>(pool.data(), static_cast<std::int64_t>(pool_elems), c.kv == DType::fp8_e4m3, 1);
+    fill_random<<<1024, 256>>>(q.data(), tokens * c.heads * 576, false, 2);
+    check(cudaDeviceSynchronize());
+    p.location = Location::cuda(0);
+    p.q = q.data();
+    p.out = out.data();
+    p.kv.pool = pool.data();
+    p.kv.scale = spec.kv_scale;
+    validate(p);
+
+    cudaStream_t stream;
+    check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    auto run = backend->prepare(p, Workspace{}, stream);
+    check(cudaStreamSynchronize(stream));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    run->enqueue(stream);
+    check(cudaStreamEndCapture(stream, &graph));
+    check(cudaGraphInstantiate(&exec, graph, 0));
+    cudaEvent_t start, stop;
+    cudaEventCreate(&start);
+    cudaEventCreate(&stop);
+    std::vector<float> ms;
+    for (int i = 0; i < 25; ++i) {
+      cudaEventRecord(start, stream);
+      cudaGraphLaunch(exec, stream);
+      cudaEventRecord(stop, stream);
+      check(cudaEventSynchronize(stop));
+      float t = 0;
+      cudaEventElapsedTime(&t, start, stop);
+      if (i >= 5) ms.push_back(t);
+    }
+    std::vector<std::uint16_t> result(static_cast<std::size_t>(tokens * c.heads * 512));
+    out.download(result.data(), result.size() * 2);
+    std::int64_t non_finite = 0;
+    for (std::uint16_t bits : result) non_finite += (bits & 0x7f80u) == 0x7f80u;
+    EXPECT_EQ(non_finite, 0) << "case " << c.id;
+
+    const double us = median(ms) * 1e3;
+    const double flops = 2.0 * c.batch * double(c.kv_len) * c.q_len * c.heads * (576 + 512);
+    const double bytes = double(c.batch) * c.kv_len * 576 * dtype_size(c.kv) +
+                         double(tokens) * c.heads * (576 + 512) * 2;
+    std::printf("[timing] %4d  %5d %5d %5d %8d %4d %-5s | %7.1f %8.1f %8.1f %6.1f\n", c.id, c.heads, c.q_len,
+                c.batch, c.kv_len, c.page, std::string(to_string(c.kv)).c_str(), us, bytes / us / 1e3,
+                flops / us / 1e6, 100.0 * bytes / (us * 1e-6) / copy);
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    run.reset();
+    cudaStreamDestroy(stream);
+  }
+}
+
+}  // namespace
+}  // namespace helixmla::testing

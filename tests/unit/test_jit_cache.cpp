@@ -1,0 +1,239 @@
+// The just-in-time kernel cache: entries survive intact, damaged or outdated
+// entries are detected and rebuilt, concurrent writers never leave a broken
+// entry; and NVRTC compiles the tensor-core kernel for sm_90a without a GPU.
+#if defined(HELIXMLA_WITH_CUDA)
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cuda/jit_cache.hpp"
+#include "cuda/nvrtc_compiler.hpp"
+#include "cuda/tensorcore_jit.hpp"
+#include "helixmla/error.hpp"
+
+namespace helixmla::cuda {
+namespace {
+
+namespace fs = std::filesystem;
+
+class JitCacheTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("helixmla-jit-test-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  static std::vector<char> payload(std::size_t bytes, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::vector<char> data(bytes);
+    for (char& c : data) c = static_cast<char>(rng());
+    return data;
+  }
+
+  // Flips one byte of the stored file at `offset_from_end` bytes before its end.
+  void flip_byte(const fs::path& path, std::size_t offset_from_end) {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good());
+    f.seekg(0, std::ios::end);
+    const auto size = static_cast<std::size_t>(f.tellg());
+    ASSERT_GT(size, offset_from_end);
+    f.seekg(static_cast<std::streamoff>(size - offset_from_end));
+    char c = 0;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x5a);
+    f.seekp(static_cast<std::streamoff>(size - offset_from_end));
+    f.write(&c, 1);
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(JitCacheTest, StoresAndLoadsExactly) {
+  JitCache cache(dir_);
+  JitLookup why = JitLookup::hit;
+  EXPECT_FALSE(cache.load("variant_a", "key-1", &why));
+  EXPECT_EQ(why, JitLookup::missing);
+
+  const std::vector<char> data = payload(10000, 1);
+  cache.store("variant_a", "key-1", data);
+  const auto loaded = cache.load("variant_a", "key-1", &why);
+  ASSERT_TRUE(loaded);
+  EXPECT_EQ(why, JitLookup::hit);
+  EXPECT_EQ(*loaded, data);
+  EXPECT_FALSE(cache.load("variant_b", "key-1"));
+}
+
+TEST_F(JitCacheTest, CorruptPayloadIsDetectedAndRebuilt) {
+  JitCache cache(dir_);
+  const std::vector<char> data = payload(4096, 2);
+  cache.store("v", "key", data);
+  flip_byte(cache.entry_path("v"), 100);
+  JitLookup why = JitLookup::hit;
+  EXPECT_FALSE(cache.load("v", "key", &why));
+  EXPECT_EQ(why, JitLookup::corrupt);
+
+  cache.store("v", "key", data);
+  const auto loaded = cache.load("v", "key", &why);
+  ASSERT_TRUE(loaded);
+  EXPECT_EQ(*loaded, data);
+}
+
+TEST_F(JitCacheTest, TruncatedAndForeignFilesAreCorrupt) {
+  JitCache cache(dir_);
+  cache.store("v", "key", payload(2048, 3));
+  fs::resize_file(cache.entry_path("v"), fs::file_size(cache.entry_path("v")) - 1);
+  JitLookup why = JitLookup::hit;
+  EXPECT_FALSE(cache.load("v", "key", &why));
+  EXPECT_EQ(why, JitLookup::corrupt);
+
+  std::ofstream(cache.entry_path("w"), std::ios::binary) << "not a cache entry at all";
+  EXPECT_FALSE(cache.load("w", "key", &why));
+  EXPECT_EQ(why, JitLookup::corrupt);
+}
+
+TEST_F(JitCacheTest, StaleKeyIsDetected) {
+  JitCache cache(dir_);
+  cache.store("v", "source=aaaa;nvrtc=13.0", payload(512, 4));
+  JitLookup why = JitLookup::hit;
+  EXPECT_FALSE(cache.load("v", "source=bbbb;nvrtc=13.0", &why));
+  EXPECT_EQ(why, JitLookup::stale);
+}
+
+TEST_F(JitCacheTest, ConcurrentThreadWritersLeaveOneValidEntry) {
+  JitCache cache(dir_);
+  std::vector<std::vector<char>> payloads;
+  for (unsigned i = 0; i < 6; ++i) payloads.push_back(payload(20000 + 1000 * i, 10 + i));
+  std::vector<std::thread> writers;
+  for (unsigned i = 0; i < payloads.size(); ++i) {
+    writers.emplace_back([&, i] {
+      for (int n = 0; n < 40; ++n) cache.store("shared", "key", payloads[i]);
+    });
+  }
+  std::vector<std::thread> readers;
+  std::atomic<int> bad_reads{0};
+  for (int i = 0; i < 2; ++i) {
+    readers.emplace_back([&] {
+      for (int n = 0; n < 200; ++n) {
+        JitLookup why = JitLookup::hit;
+        const auto got = cache.load("shared", "key", &why);
+        if (!got && why != JitLookup::missing) ++bad_reads;
+        if (got && std::find(payloads.begin(), payloads.end(), *got) == payloads.end()) ++bad_reads;
+      }
+    });
+  }
+  for (auto& t : writers) t.join();
+  for (auto& t : readers) t.join();
+  EXPECT_EQ(bad_reads.load(), 0);
+  const auto loaded = cache.load("shared", "key");
+  ASSERT_TRUE(loaded);
+  EXPECT_NE(std::find(payloads.begin(), payloads.end(), *loaded), payloads.end());
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    EXPECT_EQ(entry.path().filename().string().find(".tmp."), std::string::npos)
+        << "leftover temporary " << entry.path();
+  }
+}
+
+TEST_F(JitCacheTest, ConcurrentProcessWritersLeaveOneValidEntry) {
+  std::vector<std::vector<char>> payloads;
+  for (unsigned i = 0; i < 4; ++i) payloads.push_back(payload(50000 + 7 * i, 20 + i));
+  std::vector<pid_t> children;
+  for (unsigned i = 0; i < payloads.size(); ++i) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      int status = 0;
+      try {
+        JitCache cache(dir_);
+        for (int n = 0; n < 30; ++n) cache.store("shared", "key", payloads[i]);
+      } catch (...) {
+        status = 1;
+      }
+      ::_exit(status);
+    }
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  const auto loaded = JitCache(dir_).load("shared", "key");
+  ASSERT_TRUE(loaded);
+  EXPECT_NE(std::find(payloads.begin(), payloads.end(), *loaded), payloads.end());
+}
+
+TEST_F(JitCacheTest, DirectoryFollowsOverrideThenEnvironment) {
+  const char* saved = std::getenv("HELIXMLA_JIT_CACHE");
+  const std::string saved_value = saved ? saved : "";
+  ::setenv("HELIXMLA_JIT_CACHE", dir_.c_str(), 1);
+  EXPECT_EQ(JitCache::default_directory(), dir_);
+  set_jit_cache_directory(dir_ / "override");
+  EXPECT_EQ(JitCache::default_directory(), dir_ / "override");
+  set_jit_cache_directory({});
+  EXPECT_EQ(JitCache::default_directory(), dir_);
+  if (saved) {
+    ::setenv("HELIXMLA_JIT_CACHE", saved_value.c_str(), 1);
+  } else {
+    ::unsetenv("HELIXMLA_JIT_CACHE");
+  }
+}
+
+// NVRTC needs no GPU: the kernel text embedded in the library compiles for
+// sm_90a here, and the second request is served from the disk cache.
+TEST_F(JitCacheTest, TensorcoreKernelCompilesForSm90aAndIsCached) {
+  const TensorcoreVariant variant{64, 48, DType::bf16, DType::fp8_e4m3};
+  ASSERT_FALSE(variant.precompiled());
+  const NvrtcProgram program = tensorcore_jit_program(variant, "sm_90a");
+  JitCache cache(dir_);
+  bool compiled = false;
+  const std::vector<char> cubin = cached_cubin(program, variant.name(), cache, &compiled);
+  EXPECT_TRUE(compiled);
+  ASSERT_GT(cubin.size(), 4u);
+  EXPECT_EQ(std::string(cubin.data() + 1, 3), "ELF");
+
+  EXPECT_EQ(cached_cubin(program, variant.name(), cache, &compiled), cubin);
+  EXPECT_FALSE(compiled);
+
+  // Another compiler option makes the stored entry stale: rebuilt, not reused.
+  NvrtcProgram other = program;
+  other.options.push_back("-DHELIXMLA_TEST_STALE=1");
+  JitLookup why = JitLookup::hit;
+  EXPECT_FALSE(cache.load(variant.name(), nvrtc_cache_key(other), &why));
+  EXPECT_EQ(why, JitLookup::stale);
+
+  flip_byte(cache.entry_path(variant.name()), 10);
+  EXPECT_EQ(cached_cubin(program, variant.name(), cache, &compiled), cubin);
+  EXPECT_TRUE(compiled);
+}
+
+TEST(NvrtcCompiler, ReportsCompileErrorsWithTheLog) {
+  NvrtcProgram program;
+  program.name = "broken.cu";
+  program.source = "__global__ void k() { this is not cuda; }";
+  program.arch = "sm_90a";
+  try {
+    nvrtc_compile_cubin(program);
+    FAIL() << "a broken program compiled";
+  } catch (const RuntimeFailure& e) {
+    EXPECT_NE(std::string(e.what()).find("broken.cu"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace helixmla::cuda
+
+#endif  // HELIXMLA_WITH_CUDA

@@ -1,0 +1,237 @@
+// The tensor-core backend's capability answers (pure functions of shape and
+// environment, as the selector and sweeps use them without a GPU) and its
+// work plan (rows, KV ranges and split entries the kernel and combine use).
+#if defined(HELIXMLA_WITH_CUDA)
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+#include <vector>
+
+#include "cuda/tensorcore_backend.hpp"
+#include "cuda/tensorcore_plan.hpp"
+#include "cuda/tensorcore_variants.hpp"
+#include "synthetic_batch.hpp"
+
+namespace helixmla::cuda {
+namespace {
+
+Environment hopper(bool nvrtc) {
+  Environment env;
+  env.arch = Arch::sm90;
+  env.device_count = 1;
+  env.sm_count = 132;
+  env.nvrtc = nvrtc;
+  env.built_backends = {"cpu", "cuda_generic", "cuda_tensorcore"};
+  return env;
+}
+
+PhaseShape decode_shape(std::int32_t heads, std::int32_t page, DType kv = DType::bf16,
+                        std::int32_t q_len = 1) {
+  PhaseShape s;
+  s.num_heads = heads;
+  s.page_size = page;
+  s.kv_dtype = kv;
+  s.q_len = q_len;
+  s.max_q_len = q_len;
+  s.on_device = true;
+  return s;
+}
+
+TEST(TensorcoreCatalog, AvailableOnlyOnHopperBuilds) {
+  const BackendPtr b = make_tensorcore_backend();
+  EXPECT_EQ(b->name(), "cuda_tensorcore");
+  EXPECT_EQ(b->priority(), 90);
+  EXPECT_TRUE(b->available(hopper(true)));
+  Environment a100 = hopper(true);
+  a100.arch = Arch::sm80;
+  EXPECT_FALSE(b->available(a100));
+  EXPECT_NE(b->available(a100).reason.find("sm80"), std::string::npos);
+  Environment cpu_only;
+  cpu_only.built_backends = {"cpu"};
+  EXPECT_FALSE(b->available(cpu_only));
+}
+
+TEST(TensorcoreCatalog, PrecompiledPagesNeedNoNvrtc) {
+  const BackendPtr b = make_tensorcore_backend();
+  for (std::int32_t page : kTensorcorePrecompiledPages) {
+    for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
+      KernelVariant chosen;
+      const Verdict v = b->catalog().can_implement(decode_shape(48, page, kv), hopper(false), &chosen);
+      EXPECT_TRUE(v) << page << " " << v.reason;
+      EXPECT_TRUE(chosen.precompiled);
+      EXPECT_EQ(chosen.name, TensorcoreVariant({64, page, DType::bf16, kv}).name());
+    }
+  }
+}
+
+TEST(TensorcoreCatalog, OtherPagesAreJustInTimeOrRefusedWithReason) {
+  const BackendPtr b = make_tensorcore_backend();
+  for (std::int32_t page : {1, 3, 48, 96, 256}) {
+    KernelVariant chosen;
+    EXPECT_TRUE(b->catalog().can_implement(decode_shape(16, page), hopper(true), &chosen));
+    EXPECT_FALSE(chosen.precompiled);
+    const Verdict no = b->catalog().can_implement(decode_shape(16, page), hopper(false));
+    EXPECT_FALSE(no);
+    EXPECT_EQ(no.reason, "page size " + std::to_string(page) +
+                             " needs a just-in-time kernel and NVRTC is unavailable");
+  }
+}
+
+TEST(TensorcoreCatalog, InventoryListsWhatCanImplementNames) {
+  const BackendPtr b = make_tensorcore_backend();
+  std::set<std::string> precompiled;
+  for (const KernelVariant& v : b->catalog().inventory(hopper(false))) {
+    EXPECT_TRUE(v.precompiled) << v.name;
+    precompiled.insert(v.name);
+  }
+  EXPECT_EQ(precompiled.size(), 24u);
+  for (std::int32_t heads : {1, 16, 24, 48, 64, 96, 128}) {
+    for (std::int32_t q_len : {1, 2, 4, 16}) {
+      KernelVariant chosen;
+      ASSERT_TRUE(b->catalog().can_implement(decode_shape(heads, 64, DType::bf16, q_len), hopper(false),
+                                             &chosen));
+      EXPECT_TRUE(precompiled.count(chosen.name)) << chosen.name;
+    }
+  }
+  EXPECT_GT(b->catalog().inventory(hopper(true)).size(), precompiled.size());
+}
+
+TEST(TensorcoreCatalog, ChecksNameWhatIsOutsideTheKernel) {
+  const BackendPtr b = make_tensorcore_backend();
+  PhaseShape s = decode_shape(16, 64);
+  EXPECT_TRUE(b->check(s));
+  PhaseShape host = s;
+  host.on_device = false;
+  EXPECT_FALSE(b->check(host));
+  PhaseShape dims = s;
+  dims.dims.kv_lora_rank = 256;
+  EXPECT_FALSE(b->check(dims));
+  PhaseShape mixed = s;
+  mixed.kv_dtype = DType::fp16;
+  EXPECT_FALSE(b->check(mixed));
+  PhaseShape fp16 = s;
+  fp16.q_dtype = fp16.out_dtype = fp16.kv_dtype = DType::fp16;
+  EXPECT_TRUE(b->check(fp16));
+  EXPECT_FALSE(b->catalog().can_implement(fp16, hopper(false)));
+  EXPECT_TRUE(b->catalog().can_implement(fp16, hopper(true)));
+  PhaseShape long_verify = s;
+  long_verify.q_len = 17;
+  EXPECT_FALSE(b->check(long_verify));
+  PhaseShape tree = s;
+  tree.mask = MaskKind::tree;
+  EXPECT_FALSE(b->check(tree));
+  PhaseShape stats = s;
+  stats.has_stats = true;
+  stats.stats_fp32_contiguous = false;
+  EXPECT_FALSE(b->check(stats));
+  PhaseShape context = s;
+  context.phase = PhaseKind::context;
+  context.q_len = 0;
+  context.max_q_len = 512;
+  EXPECT_TRUE(b->check(context));
+  EXPECT_EQ(tensorcore_variant_for(context).rows, 64);
+}
+
+TEST(TensorcoreCatalog, RowTileFollowsRowsPerRequest) {
+  EXPECT_EQ(tensorcore_row_tile(1, 1), 16);
+  EXPECT_EQ(tensorcore_row_tile(16, 1), 16);
+  EXPECT_EQ(tensorcore_row_tile(24, 1), 32);
+  EXPECT_EQ(tensorcore_row_tile(16, 2), 32);
+  EXPECT_EQ(tensorcore_row_tile(48, 1), 64);
+  EXPECT_EQ(tensorcore_row_tile(128, 16), 64);
+  EXPECT_EQ(tensorcore_row_tile(8, 0), 64);
+}
+
+// Every (row, KV position) a row may see is covered by exactly one item of
+// its row tile, and split entries are laid out as the combine expects.
+void expect_plan_covers(const Problem& p, const TensorcorePlan& plan) {
+  std::map<std::tuple<int, int>, std::vector<std::pair<int, int>>> ranges;  // (request, row tile)
+  for (const auto& item : plan.items) {
+    ranges[{item.request, item.row_begin}].push_back({item.kv_begin, item.kv_end});
+    if (item.split >= 0) {
+      EXPECT_GT(item.splits, 1);
+      EXPECT_LT(item.split, item.splits);
+    }
+  }
+  std::int32_t token = 0;
+  for (std::int32_t r = 0; r < p.num_requests(); ++r) {
+    const std::int32_t rows = p.q_len[r] * p.num_heads;
+    for (std::int32_t begin = 0; begin < rows; begin += plan.rows_tile) {
+      auto found = ranges.find({r, begin});
+      ASSERT_NE(found, ranges.end()) << r << " " << begin;
+      auto parts = found->second;
+      std::sort(parts.begin(), parts.end());
+      EXPECT_EQ(parts.front().first, 0);
+      for (std::size_t i = 1; i < parts.size(); ++i) {
+        EXPECT_EQ(parts[i].first, std::max(parts[i - 1].first, parts[i - 1].second));
+      }
+      std::int32_t visible = 0;
+      for (std::int32_t row = begin; row < std::min(rows, begin + plan.rows_tile); ++row) {
+        visible = std::max<std::int32_t>(
+            visible, static_cast<std::int32_t>(visible_kv(p.kv_len[r], p.q_len[r], row / p.num_heads)));
+      }
+      EXPECT_EQ(std::max(parts.back().first, parts.back().second), visible);
+    }
+    token += p.q_len[r];
+  }
+  std::int64_t rows = 0, entries = 0;
+  for (const SplitSegment& seg : plan.segments) {
+    EXPECT_EQ(seg.first_partial_row, rows);
+    EXPECT_EQ(seg.first_entry, entries);
+    rows += seg.rows;
+    entries += std::int64_t{seg.rows} * seg.splits;
+  }
+  EXPECT_EQ(rows, plan.split_rows);
+  EXPECT_EQ(entries, plan.entries);
+  EXPECT_GE(plan.workspace_bytes, plan.metadata_bytes + static_cast<std::size_t>(entries) * 2056);
+}
+
+TEST(TensorcorePlan, OneLongRequestIsSplitToFillTheGpu) {
+  testing::BatchSpec spec;
+  spec.heads = 128;
+  spec.generations = 1;
+  spec.kv_len = {32768};
+  spec.allocate_tensors = false;
+  testing::SyntheticBatch batch(spec);
+  const Problem p = batch.problem();
+  const TensorcorePlan plan = plan_tensorcore(p, 64, 132);
+  EXPECT_GE(plan.items.size(), 100u);
+  EXPECT_EQ(plan.segments.size(), 2u);
+  expect_plan_covers(p, plan);
+}
+
+TEST(TensorcorePlan, ManyEqualRequestsAreNotSplit) {
+  testing::BatchSpec spec;
+  spec.heads = 128;
+  spec.generations = 128;
+  spec.kv_len = {4096};
+  spec.allocate_tensors = false;
+  testing::SyntheticBatch batch(spec);
+  const Problem p = batch.problem();
+  const TensorcorePlan plan = plan_tensorcore(p, 64, 132);
+  EXPECT_EQ(plan.items.size(), 256u);
+  EXPECT_TRUE(plan.segments.empty());
+  expect_plan_covers(p, plan);
+}
+
+TEST(TensorcorePlan, VerifyGroupsAndUnevenLengthsAreCovered) {
+  testing::BatchSpec spec;
+  spec.heads = 24;
+  spec.generations = 5;
+  spec.q_len = 4;
+  spec.kv_len = {3, 7000, 64, 20000, 1};
+  spec.page_size = 16;
+  spec.allocate_tensors = false;
+  testing::SyntheticBatch batch(spec);
+  const Problem p = batch.problem();
+  for (std::int32_t tile : {16, 32, 64}) expect_plan_covers(p, plan_tensorcore(p, tile, 132));
+}
+
+}  // namespace
+}  // namespace helixmla::cuda
+
+#endif  // HELIXMLA_WITH_CUDA
