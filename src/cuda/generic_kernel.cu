@@ -11,7 +11,7 @@ namespace helixmla::cuda {
 
 namespace {
 
-constexpr int kWarps = 8;
+constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kRowsPerWarp = kGenericRowsPerBlock / kWarps;
 // A score pass computes rows x tokens = 32 dot products, one per lane after
@@ -86,7 +86,7 @@ __device__ __forceinline__ float group_sum(float value) {
 // computes row l / 8 against token l % 8 of each pass; in the value phase
 // every lane accumulates all four rows over its element pairs.
 template <typename Q, typename Kv>
-__global__ void __launch_bounds__(kThreads, 1) generic_attention_kernel(const GenericKernelParams p) {
+__global__ void __launch_bounds__(kThreads, 2) generic_attention_kernel(const GenericKernelParams p) {
   using QCodec = PairCodec<Q>;
   using KvCodec = PairCodec<Kv>;
   using KvWord = typename KvCodec::Word;

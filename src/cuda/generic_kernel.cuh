@@ -20,7 +20,7 @@
 
 namespace helixmla::cuda {
 
-inline constexpr int kGenericRowsPerBlock = 32;
+inline constexpr int kGenericRowsPerBlock = 16;
 inline constexpr int kGenericTileTokens = 32;
 // Largest dims the kernel's register tiles hold: K = head_dim values, V the
 // first kv_lora_rank of them, both multiples of 16.

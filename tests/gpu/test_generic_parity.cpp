@@ -144,9 +144,9 @@ TEST(GenericMixedBatch, ContextsAndGenerationsRunAsTwoPhases) {
 TEST(GenericHelix, BoundsReplaceTheMaskAndEmptyRowsAreExact) {
   SKIP_WITHOUT_GPU();
   BatchSpec spec;
-  // Six heads keep each request's rows in one block, so a token with bound 0
-  // shares a split KV range with tokens that see 650 and 700 positions.
-  spec.heads = 6;
+  // Four heads keep each request's 12 rows in one block, so a token with
+  // bound 0 shares a split KV range with tokens that see 650 and 700 positions.
+  spec.heads = 4;
   spec.page_size = 16;
   spec.generations = 4;
   spec.q_len = 3;
@@ -246,7 +246,7 @@ TEST(GenericDims, NonDefaultLatentAndRopeWidths) {
 }
 
 // Small shapes for compute-sanitizer (memcheck, racecheck): page size 1,
-// odd heads, a verify group, fp8, a split range.
+// odd heads and page sizes, verify groups up to 16 tokens, fp8, a split range.
 TEST(GenericSanitize, SmallShapes) {
   SKIP_WITHOUT_GPU();
   struct Small {
@@ -255,7 +255,7 @@ TEST(GenericSanitize, SmallShapes) {
     DType kv;
   };
   for (const Small& s : {Small{3, 1, 4, {37, 5}, DType::bf16}, Small{48, 16, 1, {700}, DType::fp8_e4m3},
-                         Small{5, 7, 2, {2, 333}, DType::fp16}}) {
+                         Small{5, 7, 2, {2, 333}, DType::fp16}, Small{2, 5, 16, {40, 16}, DType::fp8_e4m3}}) {
     BatchSpec spec;
     spec.heads = s.heads;
     spec.page_size = s.page;
