@@ -491,6 +491,24 @@ std::optional<double> HelixDriver::graph_step_us(std::string* why_not) {
 #endif
 }
 
+void HelixDriver::poison_outputs() {
+  for (const auto& rank : ranks_) {
+    for (Memory* m : {&rank->out, &rank->out_stats}) {
+      if (m->bytes() == 0) continue;
+      if (!rank->on_device()) {
+        std::memset(m->data(), 0xff, m->bytes());  // NaN in every float type
+        continue;
+      }
+#if defined(HELIXMLA_WITH_CUDA)
+      const auto stream = static_cast<cudaStream_t>(rank->stream);
+      HELIXMLA_CUDA_CHECK(cudaSetDevice(rank->where.device));
+      HELIXMLA_CUDA_CHECK(cudaMemsetAsync(m->data(), 0xff, m->bytes(), stream));
+      HELIXMLA_CUDA_CHECK(cudaStreamSynchronize(stream));
+#endif
+    }
+  }
+}
+
 void HelixDriver::fetch_output(void* out, float* stats) const {
   const std::size_t head_bytes = static_cast<std::size_t>(shape_.width) * shape_.element_bytes();
   const std::size_t heads = static_cast<std::size_t>(shape_.heads);

@@ -63,6 +63,9 @@ class HelixDriver {
   // Returns nullopt with the reason in `why_not` when capture is impossible.
   std::optional<double> graph_step_us(std::string* why_not);
 
+  // Fills the combined outputs with NaN so a step that writes nothing shows.
+  void poison_outputs();
+
   // The combined result of the last step: out [tokens, H, kv_lora_rank] of
   // the batch's out dtype, and stats [tokens, H, 2] = (m, l) when not null.
   void fetch_output(void* out, float* stats) const;

@@ -115,6 +115,7 @@ void expect_step_matches(const StepCase& c) {
   options.cp = c.cp;
   options.mode = dist::HelixMode::host;
   dist::HelixDriver driver(global, options);
+  driver.poison_outputs();
   const dist::HelixStepTimes times = driver.step();
   EXPECT_GE(times.total_us, times.attention_us);
 
@@ -287,6 +288,7 @@ TEST(HelixInProcessAppend, OwnersWriteTheStepsRowsThenAttentionMatches) {
     dist::HelixDriverOptions options;
     options.cp = cp;
     dist::HelixDriver driver(global, options);
+    driver.poison_outputs();
     driver.step();
     std::vector<std::byte> out(batch.out_bytes(), std::byte{0xff});
     driver.fetch_output(out.data(), nullptr);

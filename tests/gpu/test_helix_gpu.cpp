@@ -1,0 +1,351 @@
+// Helix on one GPU: the device KV append, combine and send-buffer packing
+// against their host twins, the in-process device exchange, and whole Helix
+// steps with every rank on the GPU against the float64 attention of the
+// unsplit batch.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "compare.hpp"
+#include "device_batch.hpp"
+#include "dist/exchange.hpp"
+#include "dist/helix_driver.hpp"
+#include "helixmla/helix.hpp"
+#include "naive_attention.hpp"
+#include "synthetic_batch.hpp"
+
+namespace helixmla {
+namespace {
+
+#define SKIP_WITHOUT_GPU()                                              \
+  do {                                                                  \
+    if (testing::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"; \
+  } while (0)
+
+void sync() { ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess); }
+
+template <typename T>
+testing::DeviceBuffer to_device(const std::vector<T>& host) {
+  testing::DeviceBuffer buffer(host.size() * sizeof(T));
+  if (!host.empty()) buffer.upload(host.data(), host.size() * sizeof(T));
+  return buffer;
+}
+
+template <typename T>
+std::vector<T> to_host(const testing::DeviceBuffer& buffer) {
+  std::vector<T> host(buffer.bytes() / sizeof(T));
+  if (!host.empty()) buffer.download(host.data(), buffer.bytes());
+  return host;
+}
+
+std::vector<std::uint8_t> random_bytes(std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::uint8_t> bytes(n);
+  for (auto& b : bytes) b = static_cast<std::uint8_t>(rng());
+  return bytes;
+}
+
+TEST(HelixGpu, KvAppendMatchesTheHostTwinBitForBit) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<std::int32_t> q_len = {1, 4, 2, 3}, kv_len = {40, 66, 2, 128};
+  const std::vector<std::int32_t> table = {0, 1, -1, -1, 2, 3, 4, -1, 5, -1, -1, -1, 6, 7, 8, 9};
+  const std::int32_t page = 32, stride = 4, num_pages = 12, width = 576;
+  const std::int64_t tokens = 10;
+  struct Case { DType in, cache; float scale; };
+  for (const Case c : {Case{DType::bf16, DType::fp8_e4m3, 1.0f / 64.0f}, Case{DType::fp16, DType::fp8_e4m3, 0.37f},
+                       Case{DType::bf16, DType::bf16, 1.0f}, Case{DType::fp16, DType::fp16, 1.0f},
+                       Case{DType::fp16, DType::bf16, 0.5f}}) {
+    std::vector<std::uint8_t> rows(static_cast<std::size_t>(tokens * width) * dtype_size(c.in));
+    std::mt19937_64 rng(5);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (std::int64_t i = 0; i < tokens * width; ++i) {
+      const float scale = i % 5 == 0 ? 700.0f : (i % 5 == 1 ? 0.004f : 30.0f);
+      store_from_float(rows.data(), c.in, i, u(rng) * scale * c.scale);
+    }
+    for (std::int32_t cp : {1, 3}) {
+      for (std::int32_t r = 0; r < cp; ++r) {
+        const auto before = random_bytes(static_cast<std::size_t>(num_pages) * page * width * dtype_size(c.cache), 9 + r);
+        const auto dest = helix_kv_append_rows(q_len, kv_len, table, stride, page, num_pages, cp, r);
+        auto host_pool = before;
+        KvAppendArgs args;
+        args.num_pages = num_pages;
+        args.page_size = page;
+        args.row_width = width;
+        args.kv_dtype = c.cache;
+        args.kv_scale = c.scale;
+        args.new_dtype = c.in;
+        args.tokens = tokens;
+        args.pool = host_pool.data();
+        args.new_rows = rows.data();
+        args.destinations = dest.data();
+        kv_append_host(args);
+
+        auto d_pool = to_device(before);
+        auto d_rows = to_device(rows);
+        auto d_dest = to_device(dest);
+        args.pool = d_pool.data();
+        args.new_rows = d_rows.data();
+        args.destinations = static_cast<const std::int64_t*>(d_dest.data());
+        kv_append_device(args, nullptr);
+        sync();
+        const auto device_pool = to_host<std::uint8_t>(d_pool);
+        ASSERT_EQ(device_pool, host_pool) << to_string(c.in) << " -> " << to_string(c.cache) << " cp " << cp
+                                          << " rank " << r;
+      }
+    }
+  }
+}
+
+TEST(HelixGpu, CombineMatchesTheHostTwin) {
+  SKIP_WITHOUT_GPU();
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (std::int32_t cp : {1, 2, 3, 8}) {
+    const std::int32_t heads = 6, width = 512;
+    const std::int64_t tokens = 5;
+    std::mt19937_64 rng(cp);
+    std::uniform_real_distribution<float> v(-1.0f, 1.0f), m(-3.0f, 5.0f), l(0.5f, 40.0f);
+    std::vector<float> partial(static_cast<std::size_t>(cp * tokens * heads * width));
+    std::vector<float> stats(static_cast<std::size_t>(cp * tokens * heads * 2));
+    for (std::int64_t row = 0; row < cp * tokens * heads; ++row) {
+      const std::int64_t i = row / (tokens * heads), t = (row / heads) % tokens;
+      const bool empty = (cp > 1 && i == cp - 1 && row % 2 == 0) || t == 4;  // token 4: every rank empty
+      stats[2 * row] = empty ? -inf : m(rng);
+      stats[2 * row + 1] = empty ? 0.0f : l(rng);
+      for (std::int32_t k = 0; k < width; ++k) partial[row * width + k] = empty ? nan : v(rng);
+    }
+    for (DType partial_dtype : {DType::fp32, DType::bf16}) {
+      for (DType out_dtype : {DType::fp32, DType::bf16}) {
+        std::vector<std::uint8_t> typed(partial.size() * dtype_size(partial_dtype));
+        for (std::size_t i = 0; i < partial.size(); ++i) store_from_float(typed.data(), partial_dtype, std::int64_t(i), partial[i]);
+        const std::size_t out_elements = static_cast<std::size_t>(tokens * heads * width);
+        std::vector<std::uint8_t> host_out(out_elements * dtype_size(out_dtype), 0xff);
+        std::vector<float> host_stats(static_cast<std::size_t>(tokens * heads * 2), nan);
+        HelixCombineArgs a;
+        a.cp = cp;
+        a.tokens = tokens;
+        a.heads = heads;
+        a.width = width;
+        a.partial_dtype = partial_dtype;
+        a.out_dtype = out_dtype;
+        a.partial = typed.data();
+        a.stats = stats.data();
+        a.out = host_out.data();
+        a.out_stats = host_stats.data();
+        helix_combine_host(a);
+
+        auto d_partial = to_device(typed);
+        auto d_stats = to_device(stats);
+        testing::DeviceBuffer d_out(host_out.size()), d_out_stats(host_stats.size() * sizeof(float));
+        d_out.fill_bytes(0xff);
+        d_out_stats.fill_bytes(0xff);
+        a.partial = d_partial.data();
+        a.stats = static_cast<const float*>(d_stats.data());
+        a.out = d_out.data();
+        a.out_stats = static_cast<float*>(d_out_stats.data());
+        helix_combine_device(a, nullptr);
+        sync();
+        const auto device_out = to_host<std::uint8_t>(d_out);
+        const auto device_stats = to_host<float>(d_out_stats);
+        const double tolerance = out_dtype == DType::fp32 ? 1e-6 : std::ldexp(1.0, -8);
+        for (std::size_t i = 0; i < out_elements; ++i) {
+          const double want = load_as_float(host_out.data(), out_dtype, std::int64_t(i));
+          const double got = load_as_float(device_out.data(), out_dtype, std::int64_t(i));
+          ASSERT_TRUE(std::isfinite(got)) << "element " << i;
+          ASSERT_NEAR(got, want, tolerance * (std::fabs(want) + 1e-3)) << "cp " << cp << " element " << i;
+        }
+        for (std::size_t i = 0; i < host_stats.size(); i += 2) {
+          EXPECT_EQ(device_stats[i], host_stats[i]);
+          EXPECT_NEAR(device_stats[i + 1], host_stats[i + 1], 1e-6 * host_stats[i + 1]);
+        }
+      }
+    }
+  }
+}
+
+TEST(HelixGpu, PackAndInProcessDeviceExchangeMatchTheHost) {
+  SKIP_WITHOUT_GPU();
+  for (std::int32_t cp : {2, 3, 8}) {
+    for (bool separate_streams : {false, true}) {
+      const dist::ExchangeShape shape{cp, 3, 24, 512, DType::bf16};
+      std::vector<std::vector<std::uint8_t>> partial, stats_bytes, host_recv, host_recv_stats;
+      std::vector<std::vector<std::uint8_t>> host_send(cp), host_send_stats(cp);
+      std::vector<dist::RankBuffers> host_buffers;
+      for (std::int32_t r = 0; r < cp; ++r) {
+        partial.push_back(random_bytes(shape.send_partial_bytes(), 50 + r));
+        stats_bytes.push_back(random_bytes(shape.send_stats_bytes(), 80 + r));
+        host_send[r].resize(shape.send_partial_bytes());
+        host_send_stats[r].resize(shape.send_stats_bytes());
+        host_recv.emplace_back(shape.recv_partial_bytes(r));
+        host_recv_stats.emplace_back(shape.recv_stats_bytes(r));
+      }
+      for (std::int32_t r = 0; r < cp; ++r) {
+        dist::pack_send_host(shape, partial[r].data(), reinterpret_cast<const float*>(stats_bytes[r].data()),
+                             host_send[r].data(), reinterpret_cast<float*>(host_send_stats[r].data()));
+        host_buffers.push_back({r, host_send[r].data(), reinterpret_cast<const float*>(host_send_stats[r].data()),
+                                host_recv[r].data(), reinterpret_cast<float*>(host_recv_stats[r].data()), nullptr});
+      }
+      dist::make_in_process_exchange(cp, Location::host())->all_to_all(shape, host_buffers);
+
+      std::vector<testing::DeviceBuffer> d_partial, d_stats, d_send, d_send_stats, d_recv, d_recv_stats;
+      std::vector<cudaStream_t> streams(static_cast<std::size_t>(cp), nullptr);
+      std::vector<dist::RankBuffers> buffers;
+      for (std::int32_t r = 0; r < cp; ++r) {
+        if (separate_streams) ASSERT_EQ(cudaStreamCreate(&streams[r]), cudaSuccess);
+        d_partial.push_back(to_device(partial[r]));
+        d_stats.push_back(to_device(stats_bytes[r]));
+        d_send.emplace_back(shape.send_partial_bytes());
+        d_send_stats.emplace_back(shape.send_stats_bytes());
+        d_recv.emplace_back(shape.recv_partial_bytes(r));
+        d_recv_stats.emplace_back(shape.recv_stats_bytes(r));
+        d_recv.back().fill_bytes(0xff);
+      }
+      for (std::int32_t r = 0; r < cp; ++r) {
+        dist::pack_send_device(shape, d_partial[r].data(), static_cast<const float*>(d_stats[r].data()),
+                               d_send[r].data(), static_cast<float*>(d_send_stats[r].data()), streams[r]);
+        buffers.push_back({r, d_send[r].data(), static_cast<const float*>(d_send_stats[r].data()), d_recv[r].data(),
+                           static_cast<float*>(d_recv_stats[r].data()), streams[r]});
+      }
+      auto exchange = dist::make_in_process_exchange(cp, Location::cuda(0));
+      exchange->all_to_all(shape, buffers);
+      std::vector<void*> waits(streams.begin(), streams.end());
+      exchange->wait(waits);
+      for (std::int32_t r = 0; r < cp; ++r) {
+        EXPECT_EQ(to_host<std::uint8_t>(d_send[r]), host_send[r]) << "pack, rank " << r;
+        EXPECT_EQ(to_host<std::uint8_t>(d_recv[r]), host_recv[r]) << "exchange, rank " << r;
+        EXPECT_EQ(to_host<std::uint8_t>(d_recv_stats[r]), host_recv_stats[r]) << "exchange stats, rank " << r;
+        if (streams[r]) cudaStreamDestroy(streams[r]);
+      }
+    }
+  }
+}
+
+struct GpuCase {
+  std::string name;
+  std::int32_t cp = 2;
+  std::int32_t heads = 16;
+  std::int32_t generations = 3;
+  std::int32_t q_len = 1;
+  std::vector<std::int32_t> kv_len = {70};
+  std::int32_t contexts = 0;
+  std::int32_t page_size = 64;
+  DType kv_dtype = DType::bf16;
+};
+
+void PrintTo(const GpuCase& c, std::ostream* os) { *os << c.name; }
+
+class HelixGpuStep : public ::testing::TestWithParam<GpuCase> {};
+
+TEST_P(HelixGpuStep, MatchesTheUnsplitReference) {
+  SKIP_WITHOUT_GPU();
+  const GpuCase& c = GetParam();
+  testing::BatchSpec spec;
+  spec.heads = c.heads;
+  spec.generations = c.generations;
+  spec.q_len = c.q_len;
+  spec.kv_len = c.kv_len;
+  spec.contexts = c.contexts;
+  spec.context_len = 70;
+  spec.page_size = c.page_size;
+  spec.kv_dtype = c.kv_dtype;
+  spec.q_dtype = testing::default_q_dtype(c.kv_dtype);
+  spec.kv_scale = c.kv_dtype == DType::fp8_e4m3 ? 1.0f / 64.0f : 1.0f;
+  spec.seed = 0x9e11 + c.cp;
+  testing::SyntheticBatch batch(spec);
+  const Problem global = batch.problem();
+
+  dist::HelixDriverOptions options;
+  options.cp = c.cp;
+  options.mode = dist::HelixMode::device;
+  options.devices = {0};
+  dist::HelixDriver driver(global, options);
+  driver.poison_outputs();
+  const dist::HelixStepTimes times = driver.step();
+  EXPECT_GT(times.total_us, 0.0);
+  std::vector<std::byte> out(batch.out_bytes(), std::byte{0xff});
+  std::vector<float> stats(static_cast<std::size_t>(batch.num_tokens() * c.heads * 2));
+  driver.fetch_output(out.data(), stats.data());
+
+  const testing::NaiveResult expected = testing::naive_attention(global);
+  const testing::Comparison error = testing::compare(out.data(), global.out_dtype, expected.out);
+  EXPECT_TRUE(error.within(1e-2)) << c.name << " on " << driver.backends() << ": rel L2 " << error.rel_l2_err
+                                  << ", non-finite " << error.non_finite;
+  for (std::size_t row = 0; row < expected.stats.size() / 2; ++row) {
+    const double m = expected.stats[2 * row], l = expected.stats[2 * row + 1];
+    ASSERT_NEAR(stats[2 * row], m, 2e-3 * (1.0 + std::fabs(m))) << c.name << " row " << row;
+    ASSERT_NEAR(stats[2 * row + 1], l, 2e-3 * l) << c.name << " row " << row;
+  }
+
+  // The same step replayed from a CUDA graph (attention, exchange and
+  // combine of every rank) still matches.
+  std::string why;
+  driver.poison_outputs();
+  const std::optional<double> graph_us = driver.graph_step_us(&why);
+  ASSERT_TRUE(graph_us.has_value()) << why;
+  std::vector<std::byte> replayed(batch.out_bytes(), std::byte{0xff});
+  driver.fetch_output(replayed.data(), nullptr);
+  const testing::Comparison replay_error = testing::compare(replayed.data(), global.out_dtype, expected.out);
+  EXPECT_TRUE(replay_error.within(1e-2)) << c.name << " graph replay: rel L2 " << replay_error.rel_l2_err;
+}
+
+std::vector<GpuCase> gpu_cases() {
+  std::vector<GpuCase> cases;
+  for (std::int32_t cp : {1, 2, 3, 4, 8}) {
+    for (std::int32_t heads : {16, 48, 128}) {
+      GpuCase c;
+      c.name = "decode_cp" + std::to_string(cp) + "_h" + std::to_string(heads);
+      c.cp = cp;
+      c.heads = heads;
+      c.kv_len = {300, 70, 5};
+      cases.push_back(c);
+    }
+  }
+  for (std::int32_t cp : {2, 4, 8}) {
+    for (std::int32_t page : {1, 32, 64}) {
+      for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
+        GpuCase c;
+        c.name = "verify_cp" + std::to_string(cp) + "_page" + std::to_string(page) + "_" + std::string(to_string(kv));
+        c.cp = cp;
+        c.heads = 48;
+        c.q_len = 3;
+        c.page_size = page;
+        c.kv_dtype = kv;
+        c.kv_len = page == 1 ? std::vector<std::int32_t>{9, 100} : std::vector<std::int32_t>{page + 1, 2 * page + 2, 3};
+        cases.push_back(c);
+      }
+    }
+  }
+  for (std::int32_t cp : {2, 3}) {
+    GpuCase mixed;
+    mixed.name = "mixed_cp" + std::to_string(cp);
+    mixed.cp = cp;
+    mixed.heads = 24;
+    mixed.contexts = 2;
+    mixed.q_len = 2;
+    mixed.kv_len = {65, 200};
+    cases.push_back(mixed);
+  }
+  GpuCase sparse;
+  sparse.name = "most_ranks_empty_cp8_h96";
+  sparse.cp = 8;
+  sparse.heads = 96;
+  sparse.kv_len = {2, 64, 65};
+  sparse.q_len = 2;
+  cases.push_back(sparse);
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(InProcess, HelixGpuStep, ::testing::ValuesIn(gpu_cases()),
+                         [](const ::testing::TestParamInfo<GpuCase>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace helixmla

@@ -1,0 +1,349 @@
+// Helix across two GPUs through NCCL: the exchange against the in-process
+// one, whole steps at the Kimi K3 TP2/CP4 local shape (48 heads, 64-token
+// pages) against the float64 reference, one process per GPU with the id
+// passed through a file, and faults: a peer that never joins the all-to-all
+// or dies must end in RuntimeFailure within the timeout, never a hang.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <ostream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "compare.hpp"
+#include "device_batch.hpp"
+#include "dist/exchange.hpp"
+#include "dist/helix_driver.hpp"
+#include "dist/nccl_exchange.hpp"
+#include "helixmla/error.hpp"
+#include "helixmla/helix.hpp"
+#include "naive_attention.hpp"
+#include "synthetic_batch.hpp"
+
+extern char** environ;
+
+namespace helixmla {
+namespace {
+
+#if defined(HELIXMLA_WITH_NCCL)
+
+using Clock = std::chrono::steady_clock;
+
+#define SKIP_WITHOUT_TWO_GPUS()                                                         \
+  do {                                                                                  \
+    if (testing::cuda_device_count() < 2) GTEST_SKIP() << "needs two CUDA devices";     \
+  } while (0)
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// fp32 partials whose values name (source rank, token, head, column).
+float tag(std::int32_t source, std::int64_t token, std::int32_t head, std::int32_t k) {
+  return static_cast<float>(source * 1000000 + token * 10000 + head * 600 + k);
+}
+
+// One rank's exchange buffers on its device, filled with tagged partials.
+struct RankSide {
+  testing::DeviceBuffer send, send_stats, recv, recv_stats;
+  cudaStream_t stream = nullptr;
+
+  RankSide(const dist::ExchangeShape& shape, std::int32_t rank, int device) {
+    EXPECT_EQ(cudaSetDevice(device), cudaSuccess);
+    std::vector<float> partial, stats;
+    for (std::int64_t t = 0; t < shape.tokens; ++t) {
+      for (std::int32_t h = 0; h < shape.heads; ++h) {
+        for (std::int32_t k = 0; k < shape.width; ++k) partial.push_back(tag(rank, t, h, k));
+        stats.push_back(tag(rank, t, h, 0) + 0.25f);
+        stats.push_back(tag(rank, t, h, 0) + 0.5f);
+      }
+    }
+    std::vector<float> packed(partial.size()), packed_stats(stats.size());
+    dist::pack_send_host(shape, partial.data(), stats.data(), packed.data(), packed_stats.data());
+    send = testing::DeviceBuffer(shape.send_partial_bytes());
+    send.upload(packed.data(), shape.send_partial_bytes());
+    send_stats = testing::DeviceBuffer(shape.send_stats_bytes());
+    send_stats.upload(packed_stats.data(), shape.send_stats_bytes());
+    recv = testing::DeviceBuffer(shape.recv_partial_bytes(rank));
+    recv.fill_bytes(0xff);
+    recv_stats = testing::DeviceBuffer(shape.recv_stats_bytes(rank));
+    recv_stats.fill_bytes(0xff);
+    EXPECT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  }
+  ~RankSide() {
+    if (stream) cudaStreamDestroy(stream);
+  }
+  dist::RankBuffers buffers(std::int32_t rank) const {
+    return {rank, send.data(), static_cast<const float*>(send_stats.data()), recv.data(),
+            static_cast<float*>(recv_stats.data()), stream};
+  }
+  // Checks what `rank` received against the tags every source sent it.
+  void expect_received(const dist::ExchangeShape& shape, std::int32_t rank) const {
+    std::vector<float> got(recv.bytes() / sizeof(float)), got_stats(recv_stats.bytes() / sizeof(float));
+    recv.download(got.data(), recv.bytes());
+    recv_stats.download(got_stats.data(), recv_stats.bytes());
+    const HeadRange mine = shape.heads_of(rank);
+    std::size_t i = 0, j = 0;
+    for (std::int32_t source = 0; source < shape.cp; ++source) {
+      for (std::int64_t t = 0; t < shape.tokens; ++t) {
+        for (std::int32_t h = mine.begin; h < mine.end(); ++h) {
+          for (std::int32_t k = 0; k < shape.width; ++k) {
+            ASSERT_EQ(got[i++], tag(source, t, h, k)) << "rank " << rank << " from " << source;
+          }
+          ASSERT_EQ(got_stats[j++], tag(source, t, h, 0) + 0.25f);
+          ASSERT_EQ(got_stats[j++], tag(source, t, h, 0) + 0.5f);
+        }
+      }
+    }
+  }
+};
+
+TEST(HelixNccl, ExchangeDeliversEveryChunk) {
+  SKIP_WITHOUT_TWO_GPUS();
+  const std::vector<int> devices = {0, 1};
+  auto exchange = dist::make_nccl_exchange(devices, dist::NcclOptions::from_environment());
+  for (std::int32_t heads : {48, 7}) {
+    const dist::ExchangeShape shape{2, 3, heads, 512, DType::fp32};
+    RankSide r0(shape, 0, 0), r1(shape, 1, 1);
+    const std::vector<dist::RankBuffers> buffers = {r0.buffers(0), r1.buffers(1)};
+    exchange->all_to_all(shape, buffers);
+    const std::vector<void*> streams = {r0.stream, r1.stream};
+    exchange->wait(streams);
+    r0.expect_received(shape, 0);
+    r1.expect_received(shape, 1);
+  }
+}
+
+struct NcclCase {
+  std::string name;
+  std::int32_t q_len = 1;
+  DType kv_dtype = DType::bf16;
+};
+
+void PrintTo(const NcclCase& c, std::ostream* os) { *os << c.name; }
+
+class HelixNcclStep : public ::testing::TestWithParam<NcclCase> {};
+
+TEST_P(HelixNcclStep, KimiLocalShapeMatchesTheReference) {
+  SKIP_WITHOUT_TWO_GPUS();
+  const NcclCase& c = GetParam();
+  testing::BatchSpec spec;
+  spec.heads = 48;
+  spec.page_size = 64;
+  spec.generations = 4;
+  spec.q_len = c.q_len;
+  spec.kv_len = {1000, 129, 64, 5};  // groups straddling pages; rank 1 empty for the last two
+  spec.kv_dtype = c.kv_dtype;
+  spec.q_dtype = testing::default_q_dtype(c.kv_dtype);
+  spec.kv_scale = c.kv_dtype == DType::fp8_e4m3 ? 1.0f / 64.0f : 1.0f;
+  spec.seed = 0xcafe + c.q_len;
+  testing::SyntheticBatch batch(spec);
+  const Problem global = batch.problem();
+
+  dist::HelixDriverOptions options;
+  options.cp = 2;
+  options.mode = dist::HelixMode::nccl;
+  options.devices = {0, 1};
+  dist::HelixDriver driver(global, options);
+  driver.poison_outputs();
+  const dist::HelixStepTimes times = driver.step();
+  std::cout << c.name << " on " << driver.backends() << ": attention " << times.attention_us << " us, exchange "
+            << times.exchange_us << " us, combine " << times.combine_us << " us\n";
+  std::vector<std::byte> out(batch.out_bytes(), std::byte{0xff});
+  std::vector<float> stats(static_cast<std::size_t>(batch.num_tokens() * spec.heads * 2));
+  driver.fetch_output(out.data(), stats.data());
+
+  const testing::NaiveResult expected = testing::naive_attention(global);
+  const testing::Comparison error = testing::compare(out.data(), global.out_dtype, expected.out);
+  EXPECT_TRUE(error.within(1e-2)) << c.name << ": rel L2 " << error.rel_l2_err << ", non-finite "
+                                  << error.non_finite;
+  for (std::size_t row = 0; row < expected.stats.size() / 2; ++row) {
+    const double m = expected.stats[2 * row], l = expected.stats[2 * row + 1];
+    ASSERT_NEAR(stats[2 * row], m, 2e-3 * (1.0 + std::fabs(m))) << c.name << " row " << row;
+    ASSERT_NEAR(stats[2 * row + 1], l, 2e-3 * l) << c.name << " row " << row;
+  }
+
+  // Whole-step CUDA graphs across both GPUs are an optimisation: report when
+  // they cannot be captured, check the result when they can.
+  std::string why;
+  driver.poison_outputs();
+  const std::optional<double> graph_us = driver.graph_step_us(&why);
+  if (!graph_us) {
+    std::cout << c.name << ": no CUDA graph (" << why << ")\n";
+    return;
+  }
+  std::cout << c.name << ": graph step " << *graph_us << " us\n";
+  std::vector<std::byte> replayed(batch.out_bytes(), std::byte{0xff});
+  driver.fetch_output(replayed.data(), nullptr);
+  EXPECT_TRUE(testing::compare(replayed.data(), global.out_dtype, expected.out).within(1e-2));
+}
+
+INSTANTIATE_TEST_SUITE_P(TwoGpus, HelixNcclStep,
+                         ::testing::Values(NcclCase{"decode_bf16", 1, DType::bf16},
+                                           NcclCase{"decode_fp8", 1, DType::fp8_e4m3},
+                                           NcclCase{"verify2_bf16", 2, DType::bf16},
+                                           NcclCase{"verify3_fp8", 3, DType::fp8_e4m3},
+                                           NcclCase{"verify4_bf16", 4, DType::bf16},
+                                           NcclCase{"verify4_fp8", 4, DType::fp8_e4m3}),
+                         [](const ::testing::TestParamInfo<NcclCase>& info) { return info.param.name; });
+
+TEST(HelixNcclFaults, PeerThatNeverJoinsTheExchangeEndsInRuntimeFailure) {
+  SKIP_WITHOUT_TWO_GPUS();
+  dist::NcclOptions options;
+  options.timeout = std::chrono::milliseconds(3000);
+  const std::vector<int> devices = {0, 1};
+  auto exchange = dist::make_nccl_exchange(devices, options);
+  const dist::ExchangeShape shape{2, 2, 48, 512, DType::fp32};
+  RankSide r0(shape, 0, 0);
+  const std::vector<dist::RankBuffers> only_rank0 = {r0.buffers(0)};
+  const auto start = Clock::now();
+  try {
+    exchange->all_to_all(shape, only_rank0);  // rank 1 never posts its half
+    const std::vector<void*> streams = {r0.stream};
+    exchange->wait(streams);
+    FAIL() << "the exchange completed without rank 1";
+  } catch (const RuntimeFailure& e) {
+    const double waited = seconds_since(start);
+    EXPECT_GE(waited, 2.5) << e.what();
+    EXPECT_LT(waited, 10.0) << e.what();
+    EXPECT_NE(std::string(e.what()).find("aborted"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(exchange->all_to_all(shape, only_rank0), RuntimeFailure) << "an aborted exchange must refuse work";
+}
+
+// ---- one process per GPU -------------------------------------------------
+
+constexpr const char* kRoleVariable = "HELIXMLA_TEST_NCCL_ROLE";
+
+// Runs in a child process started by the tests below; skipped otherwise.
+// Roles: "exchange" (a correct all-to-all), "quit" (join, then die), and
+// "expect_failure" (the peer died: the exchange must fail within the timeout).
+TEST(HelixNcclChild, Role) {
+  const char* role_text = std::getenv(kRoleVariable);
+  if (role_text == nullptr) GTEST_SKIP() << "runs only as a child of HelixNcclProcesses";
+  const std::string role = role_text;
+  const dist::NcclProcessInfo process = dist::NcclProcessInfo::from_environment();
+  ASSERT_EQ(cudaSetDevice(process.device), cudaSuccess);
+  auto exchange = dist::make_nccl_exchange(process, dist::NcclOptions::from_environment());
+  if (role == "quit") std::_Exit(0);  // dies without teardown, like a crashed rank
+
+  const dist::ExchangeShape shape{process.size, 3, 48, 512, DType::fp32};
+  RankSide side(shape, process.rank, process.device);
+  const std::vector<dist::RankBuffers> mine = {side.buffers(process.rank)};
+  const std::vector<void*> streams = {side.stream};
+  if (role == "exchange") {
+    exchange->all_to_all(shape, mine);
+    exchange->wait(streams);
+    side.expect_received(shape, process.rank);
+    return;
+  }
+  ASSERT_EQ(role, "expect_failure");
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // let the peer die first
+  const auto start = Clock::now();
+  EXPECT_THROW(
+      {
+        exchange->all_to_all(shape, mine);
+        exchange->wait(streams);
+      },
+      RuntimeFailure);
+  EXPECT_LT(seconds_since(start), 10.0);
+}
+
+// Starts this test program once per rank, running HelixNcclChild.Role, and
+// returns the exit codes (-1: killed after `limit`).
+std::vector<int> run_ranks(const std::vector<std::string>& roles, const std::string& timeout_ms,
+                           std::chrono::seconds limit) {
+  char path[4096];
+  const ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+  EXPECT_GT(n, 0);
+  path[n > 0 ? n : 0] = '\0';
+  const std::string id_file = "/tmp/helixmla-nccl-test-" + std::to_string(getpid()) + "-" +
+                              std::to_string(Clock::now().time_since_epoch().count()) + ".id";
+  std::remove(id_file.c_str());
+
+  std::vector<pid_t> children;
+  for (std::size_t r = 0; r < roles.size(); ++r) {
+    std::vector<std::string> env_strings;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string entry = *e;
+      if (entry.rfind("HELIXMLA_", 0) == 0 || entry.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0) continue;
+      env_strings.push_back(entry);
+    }
+    env_strings.push_back(std::string(kRoleVariable) + "=" + roles[r]);
+    env_strings.push_back("HELIXMLA_RANK=" + std::to_string(r));
+    env_strings.push_back("HELIXMLA_WORLD_SIZE=" + std::to_string(roles.size()));
+    env_strings.push_back("HELIXMLA_DEVICE=" + std::to_string(r));
+    env_strings.push_back("HELIXMLA_NCCL_ID_FILE=" + id_file);
+    env_strings.push_back("HELIXMLA_NCCL_TIMEOUT_MS=" + timeout_ms);
+    std::vector<char*> env;
+    for (auto& s : env_strings) env.push_back(s.data());
+    env.push_back(nullptr);
+    std::string filter = "--gtest_filter=HelixNcclChild.Role";
+    char* argv[] = {path, filter.data(), nullptr};
+    pid_t pid = 0;
+    EXPECT_EQ(posix_spawn(&pid, path, nullptr, nullptr, argv, env.data()), 0);
+    children.push_back(pid);
+  }
+  std::vector<int> codes(children.size(), -2);
+  const auto deadline = Clock::now() + limit;
+  std::size_t left = children.size();
+  while (left > 0) {
+    for (std::size_t i = 0; i < children.size(); ++i) {
+      if (codes[i] != -2) continue;
+      int status = 0;
+      if (waitpid(children[i], &status, WNOHANG) == children[i]) {
+        codes[i] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        --left;
+      }
+    }
+    if (left > 0 && Clock::now() > deadline) {
+      for (std::size_t i = 0; i < children.size(); ++i) {
+        if (codes[i] != -2) continue;
+        kill(children[i], SIGKILL);
+        waitpid(children[i], nullptr, 0);
+        codes[i] = -1;
+      }
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::remove(id_file.c_str());
+  return codes;
+}
+
+TEST(HelixNcclProcesses, OneProcessPerGpuExchanges) {
+  SKIP_WITHOUT_TWO_GPUS();
+  const auto codes = run_ranks({"exchange", "exchange"}, "30000", std::chrono::seconds(120));
+  EXPECT_EQ(codes, std::vector<int>({0, 0})) << "-1 means the rank hung and was killed";
+}
+
+TEST(HelixNcclProcesses, DeadPeerIsReportedWithinTheTimeout) {
+  SKIP_WITHOUT_TWO_GPUS();
+  const auto start = Clock::now();
+  const auto codes = run_ranks({"expect_failure", "quit"}, "3000", std::chrono::seconds(90));
+  EXPECT_EQ(codes, std::vector<int>({0, 0})) << "rank 0 must report RuntimeFailure, not hang (-1: killed)";
+  EXPECT_LT(seconds_since(start), 90.0);
+}
+
+#else
+
+TEST(HelixNccl, NeedsNccl) { GTEST_SKIP() << "built without NCCL"; }
+
+#endif
+
+}  // namespace
+}  // namespace helixmla
