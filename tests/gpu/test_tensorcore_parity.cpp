@@ -328,7 +328,7 @@ TEST(TensorcoreSanitize, SmallRepresentativeShapes) {
   for (const auto& [heads, q_len, page, kv] : shapes) {
     BatchSpec spec = decode_spec(heads, q_len, page, kv);
     spec.generations = 2;
-    spec.kv_len = {3000, 40};
+    spec.kv_len = {700, 40};
     SyntheticBatch host(spec);
     expect_parity(host, label_of(spec));
   }
