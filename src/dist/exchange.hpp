@@ -84,7 +84,7 @@ std::unique_ptr<Exchange> make_in_process_exchange(std::int32_t cp, Location whe
 void pack_send_host(const ExchangeShape& shape, const void* partial, const float* stats,
                     void* send_partial, float* send_stats);
 #if defined(HELIXMLA_WITH_CUDA)
-// Device twin: two strided copies (cudaMemcpy2DAsync) per peer on `stream`.
+// Device twin: one kernel on `stream` for every peer, partials and stats.
 void pack_send_device(const ExchangeShape& shape, const void* partial, const float* stats,
                       void* send_partial, float* send_stats, void* stream);
 #endif

@@ -1,14 +1,8 @@
-// Byte layout of the Helix exchange buffers and the repacking of a rank's
-// attention output into them.
+// Byte layout of the Helix exchange buffers and the host repacking of a
+// rank's attention output into them (the device twin is src/cuda/helix_pack.cu).
 #include <cstring>
 
 #include "dist/exchange.hpp"
-
-#if defined(HELIXMLA_WITH_CUDA)
-#include <cuda_runtime.h>
-
-#include "cuda/cuda_check.hpp"
-#endif
 
 namespace helixmla::dist {
 
@@ -65,29 +59,5 @@ void pack_send_host(const ExchangeShape& shape, const void* partial, const float
   }
 }
 
-#if defined(HELIXMLA_WITH_CUDA)
-void pack_send_device(const ExchangeShape& shape, const void* partial, const float* stats,
-                      void* send_partial, float* send_stats, void* stream) {
-  if (shape.tokens == 0) return;
-  const auto s = static_cast<cudaStream_t>(stream);
-  const std::size_t head_bytes = size(shape.width) * shape.element_bytes();
-  const auto* src = static_cast<const std::byte*>(partial);
-  const auto* src_stats = reinterpret_cast<const std::byte*>(stats);
-  auto* dst = static_cast<std::byte*>(send_partial);
-  auto* dst_stats = reinterpret_cast<std::byte*>(send_stats);
-  for (std::int32_t peer = 0; peer < shape.cp; ++peer) {
-    const HeadRange h = shape.heads_of(peer);
-    if (h.count == 0) continue;
-    HELIXMLA_CUDA_CHECK(cudaMemcpy2DAsync(
-        dst + shape.send_partial_offset(peer), size(h.count) * head_bytes,
-        src + size(h.begin) * head_bytes, size(shape.heads) * head_bytes,
-        size(h.count) * head_bytes, size(shape.tokens), cudaMemcpyDeviceToDevice, s));
-    HELIXMLA_CUDA_CHECK(cudaMemcpy2DAsync(
-        dst_stats + shape.send_stats_offset(peer), size(h.count) * kStatsRowBytes,
-        src_stats + size(h.begin) * kStatsRowBytes, size(shape.heads) * kStatsRowBytes,
-        size(h.count) * kStatsRowBytes, size(shape.tokens), cudaMemcpyDeviceToDevice, s));
-  }
-}
-#endif
 
 }  // namespace helixmla::dist

@@ -280,7 +280,7 @@ std::vector<int> run_ranks(const std::vector<std::string>& roles, const std::str
     std::vector<std::string> env_strings;
     for (char** e = environ; *e != nullptr; ++e) {
       const std::string entry = *e;
-      if (entry.rfind("HELIXMLA_", 0) == 0 || entry.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0) continue;
+      if (entry.rfind("HELIXMLA_", 0) == 0) continue;
       env_strings.push_back(entry);
     }
     env_strings.push_back(std::string(kRoleVariable) + "=" + roles[r]);

@@ -1,0 +1,67 @@
+// Device repacking of a rank's attention output into its Helix send buffers
+// (layout in dist/exchange.hpp): one kernel for every peer, partials and
+// stats, so a decode step pays one launch instead of two copies per peer.
+#include <cstdint>
+#include <string>
+
+#include "cuda/cuda_check.hpp"
+#include "dist/exchange.hpp"
+#include "helixmla/error.hpp"
+
+namespace helixmla::dist {
+
+namespace {
+
+struct PackGeometry {
+  int cp;
+  int heads;
+  long long tokens;
+  long long row_bytes;  // one head's partial: width * element size
+};
+
+template <typename Unit>
+__global__ void pack_kernel(const std::uint8_t* partial, const float* stats, std::uint8_t* send,
+                            float* send_stats, PackGeometry g) {
+  const long long row = blockIdx.x;  // token * heads + head
+  const long long token = row / g.heads;
+  const int head = static_cast<int>(row % g.heads);
+  // The peer owning `head` under begin(p) = p * H / cp.
+  const int peer = static_cast<int>(((static_cast<long long>(head) + 1) * g.cp - 1) / g.heads);
+  const long long begin = static_cast<long long>(peer) * g.heads / g.cp;
+  const long long count = static_cast<long long>(peer + 1) * g.heads / g.cp - begin;
+  const long long chunk_row = g.tokens * begin + token * count + (head - begin);
+
+  const auto* src = reinterpret_cast<const Unit*>(partial + row * g.row_bytes);
+  auto* dst = reinterpret_cast<Unit*>(send + chunk_row * g.row_bytes);
+  const long long units = g.row_bytes / static_cast<long long>(sizeof(Unit));
+  for (long long i = threadIdx.x; i < units; i += blockDim.x) dst[i] = src[i];
+  if (threadIdx.x < 2) send_stats[2 * chunk_row + threadIdx.x] = stats[2 * row + threadIdx.x];
+}
+
+}  // namespace
+
+void pack_send_device(const ExchangeShape& shape, const void* partial, const float* stats,
+                      void* send_partial, float* send_stats, void* stream) {
+  const long long rows = shape.tokens * shape.heads;
+  if (rows == 0) return;
+  if (rows > 0x7fffffffLL) {
+    throw InvalidArgument("tokens", -1, std::to_string(shape.tokens),
+                          "tokens * heads must stay below 2^31 per pack");
+  }
+  const PackGeometry g{shape.cp, shape.heads, shape.tokens,
+                       static_cast<long long>(shape.width) * static_cast<long long>(shape.element_bytes())};
+  const auto s = static_cast<cudaStream_t>(stream);
+  const auto* src = static_cast<const std::uint8_t*>(partial);
+  auto* dst = static_cast<std::uint8_t*>(send_partial);
+  const bool vector_aligned = g.row_bytes % 16 == 0 && reinterpret_cast<std::uintptr_t>(src) % 16 == 0 &&
+                              reinterpret_cast<std::uintptr_t>(dst) % 16 == 0;
+  constexpr int kThreads = 64;
+  if (vector_aligned) {
+    pack_kernel<uint4><<<static_cast<unsigned>(rows), kThreads, 0, s>>>(src, stats, dst, send_stats, g);
+  } else {
+    pack_kernel<std::uint8_t><<<static_cast<unsigned>(rows), kThreads, 0, s>>>(src, stats, dst, send_stats, g);
+  }
+  HELIXMLA_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace helixmla::dist
