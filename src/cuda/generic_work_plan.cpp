@@ -37,7 +37,7 @@ std::vector<std::int32_t> token_bounds_of(const Problem& phase) {
 }
 
 // Rows of a request in near-equal groups of whole warps (4 rows), so that
-// 48 rows become 24 + 24 rather than 32 + 16.
+// 20 rows become 12 + 8 rather than 16 + 4.
 std::vector<RowGroup> row_groups_of(const Problem& phase, const std::vector<std::int32_t>& bounds) {
   std::vector<RowGroup> groups;
   const std::int64_t heads = phase.num_heads;
