@@ -8,6 +8,7 @@
 
 #include "compare.hpp"
 #include "device_batch.hpp"
+#include "helixmla/error.hpp"
 #include "helixmla/reference.hpp"
 
 namespace helixmla::tools {
