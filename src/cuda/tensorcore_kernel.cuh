@@ -19,12 +19,18 @@
 //   zero-filled, so masked positions multiply finite zeros.
 // - Shared-memory rows are 128-byte blocks with the 16-byte chunks XOR-swizzled
 //   by row, so every ldmatrix and every cp.async store is conflict-free.
-// - Matrix work is mma.sync.m16n8k16 (bf16 or fp16 in, float32 accumulate):
-//   S = Q K^T with each warp owning 16 rows x 16 tokens over a share of the 576
-//   reduction, partial sums meeting in shared memory; the online softmax runs
-//   in float32 in the exp2 domain, writing P (16-bit) and the rescale factor
-//   per row; O += P V with each warp owning 64 of the 512 V columns for all M
-//   rows (V is the first 512 columns of the K tile, read with ldmatrix.trans).
+// - Two matrix engines (template ENGINE), bf16 or fp16 in, float32 accumulate:
+//   * mma.sync.m16n8k16 (any row tile): S = Q K^T with each warp owning 16 rows
+//     x 16 tokens over a share of the 576 reduction, partial sums meeting in
+//     shared memory; O += P V with each warp owning 64 of the 512 V columns for
+//     all M rows (V is the first 512 columns of the K tile, ldmatrix.trans).
+//   * wgmma (sm_90a, 64-row tiles): the two warpgroups each compute S over
+//     half of the reduction (m64n32k16, Q and K straight from shared memory),
+//     and each owns 256 of the V columns (m64n256k16, P from registers, V read
+//     N-major from the same tile). The shared-memory rows above are exactly
+//     the 128-byte-swizzle canonical layout wgmma descriptors describe.
+//   Between the two matrix steps the online softmax runs in float32 in the
+//   exp2 domain, writing P (16-bit) and each row's rescale factor.
 // - fp8 e4m3 KV lands in shared memory as bytes and is widened once per tile
 //   to the 16-bit MMA type (exact: every e4m3 value is a bf16/fp16 value); the
 //   per-tensor KV scale is folded into the softmax scale and the output scale.
@@ -37,6 +43,7 @@ namespace helixmla_tc {
 // Element kinds of the matrix inputs: Q (and out) type, and KV storage.
 enum ElemKind { kElemBf16 = 0, kElemFp16 = 1 };
 enum KvKind { kKvSameAsQ = 0, kKvFp8 = 1 };
+enum EngineKind { kEngineMmaSync = 0, kEngineWgmma = 1 };
 
 constexpr int kThreads = 256;
 constexpr int kTileTokens = 32;
@@ -75,29 +82,37 @@ struct Params {
   float out_scale;   // KV scale (1 for 16-bit KV)
 };
 
-// Per-(M, KV kind) tuning and the shared-memory map. Every region offset is
-// a multiple of 1024 bytes up to the float buffers.
-template <int M, int KV>
+// Per-(M, KV kind, engine) tuning and the shared-memory map. Offsets up to
+// the scratch buffers are multiples of 1024 bytes (the 128-byte swizzle
+// period); the wgmma engine also aligns the base to 1024 itself.
+template <int M, int KV, int ENGINE = kEngineMmaSync>
 struct Config {
+  static_assert(ENGINE == kEngineMmaSync || M == 64, "the wgmma engine runs 64-row tiles");
+  static constexpr bool kWgmma = ENGINE == kEngineWgmma;
   static constexpr int kMTiles = M / 16;
-  static constexpr int kWarpsK = 4 / kMTiles;   // warps sharing one S tile's reduction
-  static constexpr int kKSteps = 36 / kWarpsK;  // k16 steps per warp in S = Q K^T
+  static constexpr int kWarpsK = kWgmma ? 2 : 4 / kMTiles;  // partial S sums per tile
+  static constexpr int kKSteps = 36 / kWarpsK;  // k16 steps per warp (warpgroup) in S = Q K^T
   static constexpr int kRowThreads = kThreads / M;                   // softmax threads per row
   static constexpr int kRowTokens = kTileTokens / kRowThreads;       // tokens per softmax thread
-  static constexpr int kStages = M == 16 ? 2 : (KV == kKvFp8 ? 4 : (M == 32 ? 4 : 3));
+  static constexpr int kStages = M == 16 ? (KV == kKvFp8 ? 3 : 2) : (KV == kKvFp8 ? 4 : (M == 32 ? 4 : 3));
   static constexpr int kBlocksPerSm = M == 16 ? 2 : 1;
   static constexpr int kSStride = kTileTokens + 8;  // floats; keeps S stores conflict-free
 
   static constexpr int kQBytes = M * kRowBytes16;
   static constexpr int kTileBytes16 = kTileTokens * kRowBytes16;
   static constexpr int kStageBytes = KV == kKvFp8 ? kTileTokens * kHeadDim : kTileBytes16;
+  static constexpr int kSBytes = kWarpsK * M * kSStride * 4;
+  static constexpr int kPBytes = M * kTileTokens * 2;
+  // fp8: once a stage is widened its bytes are dead until the tile after
+  // next is loaded into it, so S and P live there (room for more stages).
+  static constexpr bool kScratchInStage = KV == kKvFp8 && kSBytes + kPBytes <= kStageBytes;
   static constexpr int kQOffset = 0;
   static constexpr int kStageOffset = kQOffset + kQBytes;
   static constexpr int kWideOffset = kStageOffset + kStages * kStageBytes;  // fp8 widened tile
   static constexpr int kSOffset = kWideOffset + (KV == kKvFp8 ? kTileBytes16 : 0);
-  static constexpr int kPOffset = kSOffset + kWarpsK * M * kSStride * 4;
-  static constexpr int kRowInfoOffset = kPOffset + M * kTileTokens * 2;
-  static constexpr int kSmemBytes = kRowInfoOffset + 4 * M * 4;  // alpha, bound, m, l
+  static constexpr int kPOffset = kSOffset + (kScratchInStage ? 0 : kSBytes);
+  static constexpr int kRowInfoOffset = kPOffset + (kScratchInStage ? 0 : kPBytes);
+  static constexpr int kSmemBytes = kRowInfoOffset + 4 * M * 4 + (kWgmma ? 1024 : 0);
 };
 
 #if defined(__CUDACC__)
@@ -192,22 +207,120 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
+// wgmma shared-memory descriptor, 128-byte swizzle; `p` must sit in a
+// 1024-byte aligned swizzle pattern (plus an in-row byte offset for K steps).
+__device__ __forceinline__ u64 smem_desc(const void* p, u32 leading_bytes, u32 stride_bytes) {
+  return static_cast<u64>((smem_addr(p) & 0x3FFFFu) >> 4) |
+         static_cast<u64>((leading_bytes & 0x3FFFFu) >> 4) << 16 |
+         static_cast<u64>((stride_bytes & 0x3FFFFu) >> 4) << 32 | static_cast<u64>(1) << 62;
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_wait_all() {
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+// Shared memory written through the generic proxy (cp.async, st.shared) and
+// read next by wgmma (the async proxy) must be fenced by its writers.
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// Keeps the compiler from touching accumulators while a wgmma is in flight.
+template <int N>
+__device__ __forceinline__ void pin_registers(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+// S partial: D[64 x 32] += A[64 x 16] B[32 x 16]^T, both K-major in shared memory.
+template <int ELEM>
+__device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], u64 desc_a, u64 desc_b) {
+  if constexpr (ELEM == kElemBf16) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(desc_a), "l"(desc_b));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(desc_a), "l"(desc_b));
+  }
+}
+
+// O half: D[64 x 256] += A[64 x 16] (registers) B[16 x 256], B N-major in shared memory.
+template <int ELEM>
+__device__ __forceinline__ void wgmma_m64n256k16_rs(float (&d)[128], const u32 (&a)[4], u64 desc_b) {
+  if constexpr (ELEM == kElemBf16) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127}, "
+        "{%128,%129,%130,%131}, %132, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127}, "
+        "{%128,%129,%130,%131}, %132, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+  }
+}
+
 __device__ __forceinline__ int visible_kv(int kv_len, int q_len, int t) {
   const int n = kv_len - q_len + 1 + t;
   return n < 0 ? 0 : (n > kv_len ? kv_len : n);
 }
 
-template <int M, int PAGE, int ELEM, int KV>
+template <int M, int PAGE, int ELEM, int KV, int ENGINE>
 __device__ __forceinline__ void decode_tile(const Params& p) {
-  typedef Config<M, KV> C;
+  typedef Config<M, KV, ENGINE> C;
   constexpr int T = kTileTokens;
   constexpr int MT = C::kMTiles;
-  extern __shared__ __align__(1024) unsigned char smem[];
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* smem = smem_raw;
+  if constexpr (C::kWgmma) smem += (1024 - (smem_addr(smem_raw) & 1023)) & 1023;
   unsigned char* q_s = smem + C::kQOffset;
   unsigned char* stage_s = smem + C::kStageOffset;
   unsigned char* wide_s = smem + C::kWideOffset;
-  float* s_buf = reinterpret_cast<float*>(smem + C::kSOffset);
-  unsigned char* p_s = smem + C::kPOffset;
   float* alpha_s = reinterpret_cast<float*>(smem + C::kRowInfoOffset);
   int* bound_s = reinterpret_cast<int*>(alpha_s + M);
   float* m_s = alpha_s + 2 * M;
@@ -290,29 +403,33 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   float m_run = neg_inf();
   float l_run = 0.0f;
 
-  // S = Q K^T ownership: rows [16 mt, +16), tokens [16 wn, +16), every kWarpsK-th k16 step.
+  // mma.sync S ownership: rows [16 mt, +16), tokens [16 wn, +16), every
+  // kWarpsK-th k16 step. wgmma: warpgroup s_wg takes k16 steps [18 s_wg, +18).
   const int s_mt = warp % MT;
   const int s_wn = (warp / MT) & 1;
   const int s_wk = warp / (2 * MT);
+  const int wg = warp >> 2;
+  const int wg_warp = warp & 3;
 
-  float acc[MT][8][4];
+  // O accumulators. mma.sync: [mt][nt][4] for rows 16 mt + g (+8), columns
+  // 64 warp + 8 nt + 2 c4 (+1). wgmma: [j][4] for rows 16 wg_warp + g (+8),
+  // columns 256 wg + 8 j + 2 c4 (+1). Both are 128 floats for 64 rows.
+  float acc[MT * 32];
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
+  for (int i = 0; i < MT * 32; ++i) acc[i] = 0.0f;
 
   for (int it = 0; it < n_tiles; ++it) {
     cp_async_wait<C::kStages - 2>();
+    if constexpr (C::kWgmma) fence_proxy_async();
     __syncthreads();
     {
       const int next = it + C::kStages - 1;
       if (next < n_tiles) load_tile(next, next % C::kStages);
       cp_async_commit();
     }
-    const unsigned char* kv = stage_s + (it % C::kStages) * C::kStageBytes;
-    if constexpr (KV == kKvFp8) {  // widen this thread's share of the tile in place order
+    unsigned char* stage = stage_s + (it % C::kStages) * C::kStageBytes;
+    const unsigned char* kv = stage;
+    if constexpr (KV == kKvFp8) {  // widen this thread's share of the tile
 #pragma unroll
       for (int k = 0; k < (kHeadDim / 16 + 7) / 8; ++k) {
         const int c = sub + 8 * k;
@@ -331,11 +448,41 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
               make_uint4(wide[4], wide[5], wide[6], wide[7]);
         }
       }
+      if constexpr (C::kWgmma) fence_proxy_async();
       __syncthreads();
       kv = wide_s;
     }
+    unsigned char* scratch = C::kScratchInStage ? stage : smem + C::kSOffset;
+    float* s_buf = reinterpret_cast<float*>(scratch);
+    unsigned char* p_s = scratch + (C::kScratchInStage ? C::kSBytes : C::kPOffset - C::kSOffset);
 
-    {  // S partial sums of this warp into s_buf[s_wk]
+    if constexpr (C::kWgmma) {  // S partial sums of this warpgroup into s_buf[wg]
+      float s_acc[16];
+#pragma unroll
+      for (int i = 0; i < 16; ++i) s_acc[i] = 0.0f;
+      pin_registers(s_acc);
+      wgmma_fence();
+#pragma unroll
+      for (int i = 0; i < C::kKSteps; ++i) {
+        const int kstep = wg * C::kKSteps + i;
+        const int in_row = (kstep & 3) * 32;
+        const u64 da = smem_desc(q_s + (kstep >> 2) * (M * 128) + in_row, 16, 1024);
+        const u64 db = smem_desc(kv + (kstep >> 2) * (T * 128) + in_row, 16, 1024);
+        wgmma_m64n32k16_ss<ELEM>(s_acc, da, db);
+      }
+      wgmma_commit();
+      wgmma_wait_all();
+      pin_registers(s_acc);
+      float* sb = s_buf + wg * M * C::kSStride;
+      const int r = wg_warp * 16 + g;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int col = j * 8 + 2 * c4;
+        *reinterpret_cast<float2*>(sb + r * C::kSStride + col) = make_float2(s_acc[4 * j], s_acc[4 * j + 1]);
+        *reinterpret_cast<float2*>(sb + (r + 8) * C::kSStride + col) =
+            make_float2(s_acc[4 * j + 2], s_acc[4 * j + 3]);
+      }
+    } else {  // S partial sums of this warp into s_buf[s_wk]
       float s_acc[2][4];
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
@@ -424,26 +571,54 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     }
     __syncthreads();
 
-    {  // O[:, 64 warp .. +64] = alpha * O + P V
+    // P rows as mma A fragments: lanes address rows (lane & 7) + 8 ((lane >> 3) & 1)
+    // and 16-byte chunk 2 kk + (lane >> 4) of their 16-row block.
+    const int pa_row = (lane & 7) + ((lane >> 3) & 1) * 8;
+    int p_off[T / 16];
+#pragma unroll
+    for (int kk = 0; kk < T / 16; ++kk) p_off[kk] = p_offset(pa_row, kk * 2 + (lane >> 4));
+
+    if constexpr (C::kWgmma) {  // O[:, 256 wg .. +256] = alpha * O + P V
+      const float a_lo = alpha_s[wg_warp * 16 + g];
+      const float a_hi = alpha_s[wg_warp * 16 + g + 8];
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        acc[4 * j] *= a_lo;
+        acc[4 * j + 1] *= a_lo;
+        acc[4 * j + 2] *= a_hi;
+        acc[4 * j + 3] *= a_hi;
+      }
+      u32 pa[T / 16][4];
+#pragma unroll
+      for (int kk = 0; kk < T / 16; ++kk) ldmatrix_x4(pa[kk], p_s + wg_warp * 16 * 64 + p_off[kk]);
+      pin_registers(acc);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < T / 16; ++kk) {
+        // V N-major: 64-column blocks T * 128 bytes apart, 8-token groups 1024.
+        const u64 dv = smem_desc(kv + (4 * wg) * (T * 128) + kk * 16 * 128, T * 128, 1024);
+        wgmma_m64n256k16_rs<ELEM>(acc, pa[kk], dv);
+      }
+      wgmma_commit();
+      wgmma_wait_all();
+      pin_registers(acc);
+    } else {  // O[:, 64 warp .. +64] = alpha * O + P V
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         const float a_lo = alpha_s[mt * 16 + g];
         const float a_hi = alpha_s[mt * 16 + g + 8];
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
-          acc[mt][nt][0] *= a_lo;
-          acc[mt][nt][1] *= a_lo;
-          acc[mt][nt][2] *= a_hi;
-          acc[mt][nt][3] *= a_hi;
+          acc[(mt * 8 + nt) * 4] *= a_lo;
+          acc[(mt * 8 + nt) * 4 + 1] *= a_lo;
+          acc[(mt * 8 + nt) * 4 + 2] *= a_hi;
+          acc[(mt * 8 + nt) * 4 + 3] *= a_hi;
         }
       }
       // Same trick as in S: the in-block slots are fixed per thread, the
       // token and row steps are constants.
-      const int pa_row = (lane & 7) + ((lane >> 3) & 1) * 8;
       const int v_tok = (lane & 7) + ((lane >> 3) & 1) * 8;
-      int p_off[T / 16], v_off[4];
-#pragma unroll
-      for (int kk = 0; kk < T / 16; ++kk) p_off[kk] = p_offset(pa_row, kk * 2 + (lane >> 4));
+      int v_off[4];
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
         v_off[np] = warp * (T * 128) + v_tok * 128 + (((np * 2 + (lane >> 4)) ^ (v_tok & 7)) << 4);
@@ -459,8 +634,10 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
           ldmatrix_x4_trans(b, kv + kk * 16 * 128 + v_off[np]);
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
-            mma_16816<ELEM>(acc[mt][2 * np], pa[mt], b[0], b[1]);
-            mma_16816<ELEM>(acc[mt][2 * np + 1], pa[mt], b[2], b[3]);
+            float(&lo)[4] = *reinterpret_cast<float(*)[4]>(&acc[(mt * 8 + 2 * np) * 4]);
+            float(&hi)[4] = *reinterpret_cast<float(*)[4]>(&acc[(mt * 8 + 2 * np + 1) * 4]);
+            mma_16816<ELEM>(lo, pa[mt], b[0], b[1]);
+            mma_16816<ELEM>(hi, pa[mt], b[2], b[3]);
           }
         }
       }
@@ -474,30 +651,44 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   }
   __syncthreads();
 
+  // Each thread's accumulators cover two rows per 16-row block and pairs of
+  // columns; `out_pair` writes one pair (normalised) of one row.
   const bool direct = w.split < 0;
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
+  auto out_pair = [&](int r, int col, float x, float y) {
+    const float l = l_s[r];
+    const float inv = l > 0.0f ? p.out_scale / l : 0.0f;
+    if (direct) {
+      u32* out = reinterpret_cast<u32*>(static_cast<u16*>(p.out) + (row0 + r) * kLatent);
+      out[col / 2] = pack2<ELEM>(x * inv, y * inv);
+    } else {
+      const long long entry =
+          static_cast<long long>(w.first_entry) + static_cast<long long>(r) * w.splits + w.split;
+      *reinterpret_cast<float2*>(p.partial_out + entry * kLatent + col) = make_float2(x * inv, y * inv);
+    }
+  };
+  if constexpr (C::kWgmma) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int r = mt * 16 + g + half * 8;
-      if (w.row_begin + r >= rows_total) continue;
-      const float l = l_s[r];
-      const float inv = l > 0.0f ? p.out_scale / l : 0.0f;
-      if (direct) {
-        u32* out = reinterpret_cast<u32*>(static_cast<u16*>(p.out) + (row0 + r) * kLatent);
+      const int r = wg_warp * 16 + g + half * 8;
+      if (w.row_begin + r < rows_total) {
 #pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-          const int col = warp * 64 + nt * 8 + 2 * c4;
-          out[col / 2] = pack2<ELEM>(acc[mt][nt][2 * half] * inv, acc[mt][nt][2 * half + 1] * inv);
+        for (int j = 0; j < 32; ++j) {
+          out_pair(r, wg * 256 + j * 8 + 2 * c4, acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
         }
-      } else {
-        const long long entry = static_cast<long long>(w.first_entry) + static_cast<long long>(r) * w.splits + w.split;
-        float* out = p.partial_out + entry * kLatent;
+      }
+    }
+  } else {
 #pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-          const int col = warp * 64 + nt * 8 + 2 * c4;
-          *reinterpret_cast<float2*>(out + col) =
-              make_float2(acc[mt][nt][2 * half] * inv, acc[mt][nt][2 * half + 1] * inv);
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = mt * 16 + g + half * 8;
+        if (w.row_begin + r < rows_total) {
+#pragma unroll
+          for (int nt = 0; nt < 8; ++nt) {
+            out_pair(r, warp * 64 + nt * 8 + 2 * c4, acc[(mt * 8 + nt) * 4 + 2 * half],
+                     acc[(mt * 8 + nt) * 4 + 2 * half + 1]);
+          }
         }
       }
     }
@@ -508,16 +699,17 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     if (direct) {
       if (p.stats) *reinterpret_cast<float2*>(p.stats + (row0 + tid) * 2) = make_float2(m, l);
     } else {
-      const long long entry = static_cast<long long>(w.first_entry) + static_cast<long long>(tid) * w.splits + w.split;
+      const long long entry =
+          static_cast<long long>(w.first_entry) + static_cast<long long>(tid) * w.splits + w.split;
       *reinterpret_cast<float2*>(p.partial_stats + entry * 2) = make_float2(m, l);
     }
   }
 }
 
-template <int M, int PAGE, int ELEM, int KV>
-__global__ void __launch_bounds__(kThreads, Config<M, KV>::kBlocksPerSm)
+template <int M, int PAGE, int ELEM, int KV, int ENGINE>
+__global__ void __launch_bounds__(kThreads, Config<M, KV, ENGINE>::kBlocksPerSm)
     mla_decode_kernel(Params p) {
-  decode_tile<M, PAGE, ELEM, KV>(p);
+  decode_tile<M, PAGE, ELEM, KV, ENGINE>(p);
 }
 
 #endif  // __CUDACC__

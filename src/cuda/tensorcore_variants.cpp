@@ -10,7 +10,8 @@ bool TensorcoreVariant::precompiled() const {
   const bool page = std::find(kTensorcorePrecompiledPages.begin(), kTensorcorePrecompiledPages.end(),
                               page_size) != kTensorcorePrecompiledPages.end();
   return page && q_dtype == DType::bf16 &&
-         (kv_dtype == DType::bf16 || kv_dtype == DType::fp8_e4m3);
+         (kv_dtype == DType::bf16 || kv_dtype == DType::fp8_e4m3) &&
+         wgmma == (rows == 64 && kTensorcoreWgmmaFor64Rows);
 }
 
 int TensorcoreVariant::elem_kind() const {
@@ -21,29 +22,35 @@ int TensorcoreVariant::kv_kind() const {
   return kv_dtype == DType::fp8_e4m3 ? helixmla_tc::kKvFp8 : helixmla_tc::kKvSameAsQ;
 }
 
+int TensorcoreVariant::engine_kind() const {
+  return wgmma ? helixmla_tc::kEngineWgmma : helixmla_tc::kEngineMmaSync;
+}
+
 namespace {
 
-template <int M>
+template <int M, int ENGINE>
 int smem_for(int kv) {
-  return kv == helixmla_tc::kKvFp8 ? helixmla_tc::Config<M, helixmla_tc::kKvFp8>::kSmemBytes
-                                   : helixmla_tc::Config<M, helixmla_tc::kKvSameAsQ>::kSmemBytes;
+  return kv == helixmla_tc::kKvFp8 ? helixmla_tc::Config<M, helixmla_tc::kKvFp8, ENGINE>::kSmemBytes
+                                   : helixmla_tc::Config<M, helixmla_tc::kKvSameAsQ, ENGINE>::kSmemBytes;
 }
 
 }  // namespace
 
 int TensorcoreVariant::smem_bytes() const {
-  if (rows == 16) return smem_for<16>(kv_kind());
-  if (rows == 32) return smem_for<32>(kv_kind());
-  return smem_for<64>(kv_kind());
+  if (rows == 16) return smem_for<16, helixmla_tc::kEngineMmaSync>(kv_kind());
+  if (rows == 32) return smem_for<32, helixmla_tc::kEngineMmaSync>(kv_kind());
+  return wgmma ? smem_for<64, helixmla_tc::kEngineWgmma>(kv_kind())
+               : smem_for<64, helixmla_tc::kEngineMmaSync>(kv_kind());
 }
 
 int TensorcoreVariant::blocks_per_sm() const {
-  return rows == 16 ? helixmla_tc::Config<16, 0>::kBlocksPerSm : 1;
+  return rows == 16 ? helixmla_tc::Config<16, helixmla_tc::kKvSameAsQ>::kBlocksPerSm : 1;
 }
 
 std::string TensorcoreVariant::name() const {
   return "tc_m" + std::to_string(rows) + "_p" + std::to_string(page_size) + "_" +
-         std::string(to_string(q_dtype)) + "_" + std::string(to_string(kv_dtype));
+         std::string(to_string(q_dtype)) + "_" + std::string(to_string(kv_dtype)) +
+         (wgmma ? "_wgmma" : "");
 }
 
 std::int32_t tensorcore_row_tile(std::int32_t heads, std::int32_t q_len) {
@@ -61,6 +68,7 @@ TensorcoreVariant tensorcore_variant_for(const PhaseShape& shape) {
   v.page_size = shape.page_size;
   v.q_dtype = shape.q_dtype;
   v.kv_dtype = shape.kv_dtype;
+  v.wgmma = v.rows == 64 && kTensorcoreWgmmaFor64Rows;
   return v;
 }
 

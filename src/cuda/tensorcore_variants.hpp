@@ -16,19 +16,24 @@ namespace helixmla::cuda {
 // dtype pairs they are precompiled for: bf16 Q with bf16 or fp8 KV.
 inline constexpr std::array<std::int32_t, 4> kTensorcorePrecompiledPages = {16, 32, 64, 128};
 inline constexpr std::array<std::int32_t, 3> kTensorcoreRowTiles = {16, 32, 64};
+// 64-row tiles run on wgmma (sm_90a warpgroup MMA); 16- and 32-row tiles,
+// which a 64-row wgmma would pad, run on mma.sync.
+inline constexpr bool kTensorcoreWgmmaFor64Rows = true;
 
 struct TensorcoreVariant {
   std::int32_t rows = 64;  // query rows per block (16, 32 or 64)
   std::int32_t page_size = 64;
   DType q_dtype = DType::bf16;   // also the output and MMA input type
   DType kv_dtype = DType::bf16;  // q_dtype or fp8_e4m3
+  bool wgmma = false;            // matrix engine: wgmma (64 rows only) or mma.sync
 
   bool precompiled() const;
   int elem_kind() const;  // helixmla_tc::ElemKind
   int kv_kind() const;    // helixmla_tc::KvKind
   int smem_bytes() const;
   int blocks_per_sm() const;
-  // e.g. "tc_m64_p64_bf16_fp8"
+  int engine_kind() const;  // helixmla_tc::EngineKind
+  // e.g. "tc_m64_p64_bf16_fp8_wgmma"
   std::string name() const;
   bool operator==(const TensorcoreVariant&) const = default;
 };

@@ -15,6 +15,7 @@
 #include "compare.hpp"
 #include "cuda/tensorcore_backend.hpp"
 #include "cuda/tensorcore_plan.hpp"
+#include "cuda/tensorcore_run.hpp"
 #include "cuda/tensorcore_variants.hpp"
 #include "device_batch.hpp"
 #include "gpu/gpu_test_support.hpp"
@@ -191,6 +192,42 @@ TEST(TensorcoreJit, Fp16QueriesWithFp16AndFp8Kv) {
 
 // Per-token Helix bounds that differ inside a verify group, including tokens
 // that see nothing (stats (-inf, 0), zero output).
+// 64-row tiles have two matrix engines; the one the catalog does not pick is
+// compiled just in time here, so both stay verified.
+TEST(TensorcoreEngines, BothEnginesOf64RowTilesMatchReference) {
+  SKIP_WITHOUT_TENSORCORE();
+  if (!Environment::detect().nvrtc) GTEST_SKIP() << "no NVRTC";
+  for (bool wgmma : {true, false}) {
+    for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
+      for (std::int32_t heads : {48, 128}) {
+        BatchSpec spec = decode_spec(heads, heads == 48 ? 2 : 1, heads == 48 ? 16 : 64, kv);
+        spec.kv_len = {700, 37, 2000};
+        SyntheticBatch host(spec);
+        DeviceBatch device(host);
+        TestStream stream;
+        const Problem p = device.problem();
+        validate(p);
+        cuda::TensorcoreVariant variant = cuda::tensorcore_variant_of(p);
+        ASSERT_EQ(variant.rows, 64);
+        variant.wgmma = wgmma;
+        const std::string label = label_of(spec) + " " + variant.name();
+        device.poison_outputs();
+        check_cuda(cudaDeviceSynchronize(), "poison");
+        try {
+          auto run = cuda::prepare_tensorcore(p, variant, Workspace{}, stream.get());
+          run->enqueue(stream.get());
+          stream.synchronize();
+        } catch (const std::exception& e) {
+          ADD_FAILURE() << label << ": " << e.what();
+          continue;
+        }
+        device.download_outputs();
+        expect_matches_reference(host, label);
+      }
+    }
+  }
+}
+
 TEST(TensorcoreHelix, PerTokenBoundsAndStats) {
   SKIP_WITHOUT_TENSORCORE();
   for (std::int32_t heads : {16, 48, 128}) {

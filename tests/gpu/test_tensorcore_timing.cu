@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cuda/tensorcore_backend.hpp"
+#include "cuda/tensorcore_run.hpp"
 #include "device_batch.hpp"
 #include "helixmla/validate.hpp"
 #include "synthetic_batch.hpp"
@@ -83,6 +84,7 @@ TEST(TensorcoreTiming, SuiteShapesPrintTimes) {
   const BackendPtr backend = cuda::make_tensorcore_backend();
   const Environment env = Environment::detect();
   if (!backend->available(env)) GTEST_SKIP() << backend->available(env).reason;
+  if (!env.nvrtc) GTEST_SKIP() << "the comparison engine is compiled just in time";
 
   const double copy = copy_bandwidth();
   std::printf("[timing] device-to-device copy: %.2f TB/s (read + write)\n", copy / 1e12);
@@ -125,45 +127,54 @@ TEST(TensorcoreTiming, SuiteShapesPrintTimes) {
 
     cudaStream_t stream;
     check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    auto run = backend->prepare(p, Workspace{}, stream);
-    check(cudaStreamSynchronize(stream));
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    run->enqueue(stream);
-    check(cudaStreamEndCapture(stream, &graph));
-    check(cudaGraphInstantiate(&exec, graph, 0));
-    cudaEvent_t start, stop;
-    cudaEventCreate(&start);
-    cudaEventCreate(&stop);
-    std::vector<float> ms;
-    for (int i = 0; i < 25; ++i) {
-      cudaEventRecord(start, stream);
-      cudaGraphLaunch(exec, stream);
-      cudaEventRecord(stop, stream);
-      check(cudaEventSynchronize(stop));
-      float t = 0;
-      cudaEventElapsedTime(&t, start, stop);
-      if (i >= 5) ms.push_back(t);
+    // 64-row tiles: the default engine first, then the other one for comparison.
+    std::vector<cuda::TensorcoreVariant> variants{cuda::tensorcore_variant_of(p)};
+    if (variants.front().rows == 64) {
+      variants.push_back(variants.front());
+      variants.back().wgmma = !variants.back().wgmma;
     }
-    std::vector<std::uint16_t> result(static_cast<std::size_t>(tokens * c.heads * 512));
-    out.download(result.data(), result.size() * 2);
-    std::int64_t non_finite = 0;
-    for (std::uint16_t bits : result) non_finite += (bits & 0x7f80u) == 0x7f80u;
-    EXPECT_EQ(non_finite, 0) << "case " << c.id;
+    for (const cuda::TensorcoreVariant& variant : variants) {
+      check(cudaMemset(out.data(), 0xff, out.bytes()));
+      auto run = cuda::prepare_tensorcore(p, variant, Workspace{}, stream);
+      check(cudaStreamSynchronize(stream));
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      run->enqueue(stream);
+      check(cudaStreamEndCapture(stream, &graph));
+      check(cudaGraphInstantiate(&exec, graph, 0));
+      cudaEvent_t start, stop;
+      cudaEventCreate(&start);
+      cudaEventCreate(&stop);
+      std::vector<float> ms;
+      for (int i = 0; i < 25; ++i) {
+        cudaEventRecord(start, stream);
+        cudaGraphLaunch(exec, stream);
+        cudaEventRecord(stop, stream);
+        check(cudaEventSynchronize(stop));
+        float t = 0;
+        cudaEventElapsedTime(&t, start, stop);
+        if (i >= 5) ms.push_back(t);
+      }
+      std::vector<std::uint16_t> result(static_cast<std::size_t>(tokens * c.heads * 512));
+      out.download(result.data(), result.size() * 2);
+      std::int64_t non_finite = 0;
+      for (std::uint16_t bits : result) non_finite += (bits & 0x7f80u) == 0x7f80u;
+      EXPECT_EQ(non_finite, 0) << "case " << c.id << " " << variant.name();
 
-    const double us = median(ms) * 1e3;
-    const double flops = 2.0 * c.batch * double(c.kv_len) * c.q_len * c.heads * (576 + 512);
-    const double bytes = double(c.batch) * c.kv_len * 576 * dtype_size(c.kv) +
-                         double(tokens) * c.heads * (576 + 512) * 2;
-    std::printf("[timing] %4d  %5d %5d %5d %8d %4d %-5s | %7.1f %8.1f %8.1f %6.1f\n", c.id, c.heads, c.q_len,
-                c.batch, c.kv_len, c.page, std::string(to_string(c.kv)).c_str(), us, bytes / us / 1e3,
-                flops / us / 1e6, 100.0 * bytes / (us * 1e-6) / copy);
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    run.reset();
+      const double us = median(ms) * 1e3;
+      const double flops = 2.0 * c.batch * double(c.kv_len) * c.q_len * c.heads * (576 + 512);
+      const double bytes = double(c.batch) * c.kv_len * 576 * dtype_size(c.kv) +
+                           double(tokens) * c.heads * (576 + 512) * 2;
+      std::printf("[timing] %4d  %5d %5d %5d %8d %4d %-5s | %7.1f %8.1f %8.1f %6.1f  %s\n", c.id, c.heads,
+                  c.q_len, c.batch, c.kv_len, c.page, std::string(to_string(c.kv)).c_str(), us,
+                  bytes / us / 1e3, flops / us / 1e6, 100.0 * bytes / (us * 1e-6) / copy,
+                  variant.name().c_str());
+      cudaEventDestroy(start);
+      cudaEventDestroy(stop);
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+    }
     cudaStreamDestroy(stream);
   }
 }

@@ -195,7 +195,7 @@ TEST_F(JitCacheTest, DirectoryFollowsOverrideThenEnvironment) {
 // NVRTC needs no GPU: the kernel text embedded in the library compiles for
 // sm_90a here, and the second request is served from the disk cache.
 TEST_F(JitCacheTest, TensorcoreKernelCompilesForSm90aAndIsCached) {
-  const TensorcoreVariant variant{64, 48, DType::bf16, DType::fp8_e4m3};
+  const TensorcoreVariant variant{64, 48, DType::bf16, DType::fp8_e4m3, true};
   ASSERT_FALSE(variant.precompiled());
   const NvrtcProgram program = tensorcore_jit_program(variant, "sm_90a");
   JitCache cache(dir_);
@@ -218,6 +218,19 @@ TEST_F(JitCacheTest, TensorcoreKernelCompilesForSm90aAndIsCached) {
   flip_byte(cache.entry_path(variant.name()), 10);
   EXPECT_EQ(cached_cubin(program, variant.name(), cache, &compiled), cubin);
   EXPECT_TRUE(compiled);
+}
+
+// Every template path of the kernel text compiles under NVRTC (engines, fp16,
+// fp8 widening, the smallest page), not only the one the cache test uses.
+TEST(NvrtcCompiler, TensorcoreVariantsCompile) {
+  const TensorcoreVariant variants[] = {{16, 1, DType::fp16, DType::fp8_e4m3, false},
+                                        {32, 96, DType::fp16, DType::fp16, false},
+                                        {64, 3, DType::bf16, DType::bf16, false},
+                                        {64, 7, DType::fp16, DType::fp16, true}};
+  for (const TensorcoreVariant& v : variants) {
+    const std::vector<char> cubin = nvrtc_compile_cubin(tensorcore_jit_program(v, "sm_90a"));
+    EXPECT_GT(cubin.size(), 1000u) << v.name();
+  }
 }
 
 TEST(NvrtcCompiler, ReportsCompileErrorsWithTheLog) {

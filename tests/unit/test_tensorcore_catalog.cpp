@@ -63,7 +63,7 @@ TEST(TensorcoreCatalog, PrecompiledPagesNeedNoNvrtc) {
       const Verdict v = b->catalog().can_implement(decode_shape(48, page, kv), hopper(false), &chosen);
       EXPECT_TRUE(v) << page << " " << v.reason;
       EXPECT_TRUE(chosen.precompiled);
-      EXPECT_EQ(chosen.name, TensorcoreVariant({64, page, DType::bf16, kv}).name());
+      EXPECT_EQ(chosen.name, TensorcoreVariant({64, page, DType::bf16, kv, kTensorcoreWgmmaFor64Rows}).name());
     }
   }
 }
@@ -144,6 +144,10 @@ TEST(TensorcoreCatalog, RowTileFollowsRowsPerRequest) {
   EXPECT_EQ(tensorcore_row_tile(48, 1), 64);
   EXPECT_EQ(tensorcore_row_tile(128, 16), 64);
   EXPECT_EQ(tensorcore_row_tile(8, 0), 64);
+  // Only 64-row tiles may use wgmma: a 16-row tile on it would pad to 64 rows.
+  EXPECT_FALSE(tensorcore_variant_for(decode_shape(16, 64)).wgmma);
+  EXPECT_FALSE(tensorcore_variant_for(decode_shape(24, 64)).wgmma);
+  EXPECT_EQ(tensorcore_variant_for(decode_shape(64, 64)).wgmma, kTensorcoreWgmmaFor64Rows);
 }
 
 // Every (row, KV position) a row may see is covered by exactly one item of

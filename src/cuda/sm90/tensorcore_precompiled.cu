@@ -1,5 +1,6 @@
-// The precompiled tensor-core variants: every row tile for bf16 Q with bf16
-// or fp8 KV, at the page sizes of kTensorcorePrecompiledPages.
+// The precompiled tensor-core variants: every row tile (on its default
+// engine) for bf16 Q with bf16 or fp8 KV, at the page sizes of
+// kTensorcorePrecompiledPages.
 #include "cuda/tensorcore_kernel.cuh"
 #include "cuda/tensorcore_precompiled.hpp"
 
@@ -7,20 +8,20 @@ namespace helixmla::cuda {
 
 namespace {
 
-template <int M, int KV>
+template <int M, int KV, int ENGINE>
 const void* for_page(int page) {
   using helixmla_tc::kElemBf16;
   using helixmla_tc::mla_decode_kernel;
   static_assert(kTensorcorePrecompiledPages.size() == 4, "one case per precompiled page size");
   switch (page) {
     case kTensorcorePrecompiledPages[0]:
-      return reinterpret_cast<const void*>(&mla_decode_kernel<M, kTensorcorePrecompiledPages[0], kElemBf16, KV>);
+      return reinterpret_cast<const void*>(&mla_decode_kernel<M, kTensorcorePrecompiledPages[0], kElemBf16, KV, ENGINE>);
     case kTensorcorePrecompiledPages[1]:
-      return reinterpret_cast<const void*>(&mla_decode_kernel<M, kTensorcorePrecompiledPages[1], kElemBf16, KV>);
+      return reinterpret_cast<const void*>(&mla_decode_kernel<M, kTensorcorePrecompiledPages[1], kElemBf16, KV, ENGINE>);
     case kTensorcorePrecompiledPages[2]:
-      return reinterpret_cast<const void*>(&mla_decode_kernel<M, kTensorcorePrecompiledPages[2], kElemBf16, KV>);
+      return reinterpret_cast<const void*>(&mla_decode_kernel<M, kTensorcorePrecompiledPages[2], kElemBf16, KV, ENGINE>);
     case kTensorcorePrecompiledPages[3]:
-      return reinterpret_cast<const void*>(&mla_decode_kernel<M, kTensorcorePrecompiledPages[3], kElemBf16, KV>);
+      return reinterpret_cast<const void*>(&mla_decode_kernel<M, kTensorcorePrecompiledPages[3], kElemBf16, KV, ENGINE>);
     default:
       return nullptr;
   }
@@ -29,9 +30,10 @@ const void* for_page(int page) {
 template <int KV>
 const void* for_rows(int rows, int page) {
   switch (rows) {
-    case 16: return for_page<16, KV>(page);
-    case 32: return for_page<32, KV>(page);
-    case 64: return for_page<64, KV>(page);
+    case 16: return for_page<16, KV, helixmla_tc::kEngineMmaSync>(page);
+    case 32: return for_page<32, KV, helixmla_tc::kEngineMmaSync>(page);
+    case 64:
+      return for_page<64, KV, kTensorcoreWgmmaFor64Rows ? helixmla_tc::kEngineWgmma : helixmla_tc::kEngineMmaSync>(page);
     default: return nullptr;
   }
 }
