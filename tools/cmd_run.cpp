@@ -34,6 +34,7 @@ struct RunFlags {
   std::vector<int> devices;
   int repeat = 3;
   bool json = false;
+  HelixRunOptions helix;
 };
 
 double median(std::vector<double> values) {
@@ -134,9 +135,11 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--repeat", flags->repeat, "Timed repetitions (the median is reported)")
       ->capture_default_str()->check(CLI::Range(1, 100000));
   cmd->add_flag("--json", flags->json, "Print one JSON object instead of the table");
+  add_helix_flags(*cmd, flags->helix);
   cmd->callback([flags] {
+    flags->helix.repeat = flags->repeat;
     const int code = flags->cp > 1 || !flags->devices.empty()
-                         ? run_helix_command(flags->problem, flags->cp, flags->devices, flags->json)
+                         ? run_helix_command(flags->problem, flags->cp, flags->devices, flags->json, flags->helix)
                          : run_single(*flags);
     if (code != 0) throw CLI::RuntimeError(code);
   });
