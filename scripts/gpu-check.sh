@@ -3,7 +3,7 @@
 # compute-sanitizer on a representative subset, the benchmark suite. Logs go
 # to /tmp/helixmla-gpu-check and, packed as one archive, to $OUT when set (the
 # device tool brings back only a few files); a short summary is printed last.
-#   scripts/gpu-check.sh [tests] [sanitize] [bench] [multigpu] [tune]   (default: tests sanitize bench)
+#   scripts/gpu-check.sh [tests] [sanitize] [bench] [multigpu] [helix] [tune]   (default: tests sanitize bench)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=/tmp/helixmla-gpu-check
@@ -51,9 +51,27 @@ fi
 if has bench; then
   "$build/helixmla" bench --json "$out/bench.json" --plot "$out/bench.svg" >"$out/bench.txt" 2>"$out/bench.err"
   summary+=("bench exit $?")
+  [ -n "${OUT:-}" ] && cp "$out/bench.json" "$out/bench.svg" "$OUT/"
+fi
+if has helix; then
+  gpus=$(nvidia-smi -L | wc -l)
+  helix_run() {  # label, then `helixmla run` arguments
+    local label=$1; shift
+    "$build/helixmla" run --json --repeat 20 "$@" >"$out/helix-$label.json" 2>"$out/helix-$label.err"
+    summary+=("helix $label: exit $? $(head -c 600 "$out/helix-$label.json")")
+  }
+  helix_run kimi-cp4-inproc --cp 4 --heads 48 --page-size 64 --batch 4 --kv-len 4096 --q-len 2 --kv-dtype fp8 --devices 0
+  helix_run cp8-inproc --cp 8 --heads 128 --batch 4 --kv-len 4096 --devices 0
+  if [ "$gpus" -ge 2 ]; then
+    helix_run case7-cp2 --cp 2 --devices 0,1 --heads 16 --batch 8 --kv-len 131072 --page-size 64
+    helix_run 1m-cp2 --cp 2 --devices 0,1 --heads 16 --batch 2 --kv-len 1048576 --page-size 64
+    helix_run kimi-cp2-verify --cp 2 --devices 0,1 --heads 48 --page-size 64 --batch 4 --kv-len 4096 --q-len 4 --kv-dtype fp8
+  fi
 fi
 if has tune; then
-  "$build/helixmla" tune --out "$out/perf-sm90.json" >"$out/tune.txt" 2>&1
+  "$build/helixmla" tune --out "$out/perf-sm90.json" --heads 16,48,64,128 --page-sizes 32,64 --batches 1,64 \
+    --iterations 15 >"$out/tune.txt" 2>&1
+  [ -n "${OUT:-}" ] && cp "$out/perf-sm90.json" "$OUT/"
   summary+=("tune exit $?: $(tail -1 "$out/tune.txt")")
 fi
 
