@@ -1,5 +1,6 @@
 #include "compare.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace helixmla::testing {
@@ -33,6 +34,31 @@ Comparison compare(const void* candidate, DType dtype, const std::vector<double>
 
 Comparison compare(const std::vector<float>& candidate, const std::vector<double>& reference) {
   return compare_with([&](std::size_t i) { return static_cast<double>(candidate[i]); }, reference);
+}
+
+StatsComparison compare_stats(const std::vector<float>& candidate, const std::vector<double>& reference) {
+  StatsComparison c;
+  for (std::size_t row = 0; 2 * row + 1 < reference.size(); ++row) {
+    const double m = candidate[2 * row];
+    const double l = candidate[2 * row + 1];
+    const double m_ref = reference[2 * row];
+    const double l_ref = reference[2 * row + 1];
+    if (std::isnan(m) || std::isnan(l)) {
+      ++c.non_finite;
+      continue;
+    }
+    if (m_ref == -INFINITY) {
+      if (!(m == -INFINITY && l == 0.0)) ++c.empty_mismatches;
+      continue;
+    }
+    if (!std::isfinite(m) || !std::isfinite(l)) {
+      ++c.non_finite;
+      continue;
+    }
+    c.max_m_err = std::max(c.max_m_err, std::fabs(m - m_ref) / (1.0 + std::fabs(m_ref)));
+    c.max_l_rel_err = std::max(c.max_l_rel_err, std::fabs(l - l_ref) / l_ref);
+  }
+  return c;
 }
 
 }  // namespace helixmla::testing
