@@ -21,6 +21,7 @@
 #include "decision_json.hpp"
 #include "helixmla/profile.hpp"
 #include "helixmla/runtime.hpp"
+#include "sweep_execute.hpp"
 
 namespace helixmla::tools {
 
@@ -31,6 +32,8 @@ struct SweepFlags {
   std::vector<std::string> archs;
   std::string out = "sweep-out";
   bool json = false;
+  bool execute = false;
+  double max_seconds = 540.0;
 };
 
 std::string space_summary(const SweepSpace& s) {
@@ -83,6 +86,15 @@ void run_sweep(const SweepFlags& flags) {
   if (!flags.archs.empty()) {
     space.archs.clear();
     for (const std::string& name : flags.archs) space.archs.push_back(*parse_arch(name));
+  }
+  if (flags.execute) {
+    if (!flags.profile.empty()) {
+      throw CLI::ValidationError("--execute", "profile backends are descriptions and cannot be executed");
+    }
+    if (const int code = execute_sweep(backends, space, flags.max_seconds, flags.json); code != 0) {
+      throw CLI::RuntimeError(code);
+    }
+    return;
   }
 
   std::cerr << fmt::format("sweep: {} over {} architecture(s): {}\n", source, space.archs.size(),
@@ -171,6 +183,11 @@ void add_sweep_command(CLI::App& app) {
       });
   cmd->add_option("--out", flags->out, "Directory for one SVG per architecture")->capture_default_str();
   cmd->add_flag("--json", flags->json, "Print the result as JSON");
+  cmd->add_flag("--execute", flags->execute,
+                "On this GPU, run one cell of every combination the CUDA backends claim (backend, kernel, page-size "
+                "class, KV dtype, q_len class, phase, Helix) and compare it with the float64 reference");
+  cmd->add_option("--max-seconds", flags->max_seconds, "Time budget of --execute (precompiled kernels first)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
   cmd->callback([flags] { run_sweep(*flags); });
 }
 

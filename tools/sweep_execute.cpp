@@ -1,0 +1,191 @@
+#include "sweep_execute.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "helixmla/environment.hpp"
+#include "helixmla/error.hpp"
+
+#if defined(HELIXMLA_WITH_CUDA)
+#include <cuda_runtime.h>
+
+#include "compare.hpp"
+#include "device_batch.hpp"
+#include "gpu_measure.hpp"
+#include "helixmla/validate.hpp"
+#include "parallel_naive_attention.hpp"
+#endif
+
+namespace helixmla::tools {
+
+namespace {
+
+struct Cell {
+  std::string key;
+  std::string backend;
+  std::string kernel;
+  bool jit = false;
+  bool mixed = false;
+  PhaseShape shape;
+};
+
+const char* page_class(std::int32_t page) {
+  if (page == 1) return "page1";
+  return (page & (page - 1)) == 0 ? "page-pow2" : "page-other";
+}
+
+std::string q_class(const PhaseShape& shape) {
+  if (shape.phase == PhaseKind::context) return "context";
+  return shape.q_len == 1 ? "q1" : (shape.q_len <= 4 ? "q2-4" : "q5-16");
+}
+
+#if defined(HELIXMLA_WITH_CUDA)
+struct CellResult {
+  double rel_l2 = 0.0;
+  bool pass = false;
+  std::string error;
+};
+
+// A batch with the cell's shape and a few pages of KV; Helix cells get stats
+// and per-token bounds below the ordinary mask.
+CellResult execute_cell(const Backend& backend, const Cell& cell, cudaStream_t stream) {
+  testing::BatchSpec spec;
+  spec.heads = cell.shape.num_heads;
+  spec.kv_dtype = cell.shape.kv_dtype;
+  spec.q_dtype = cell.shape.q_dtype;
+  spec.kv_scale = spec.kv_dtype == DType::fp8_e4m3 ? 1.0f / 64.0f : 1.0f;
+  spec.page_size = cell.shape.page_size;
+  spec.generations = cell.shape.phase == PhaseKind::generation || cell.mixed ? 2 : 0;
+  spec.q_len = cell.shape.phase == PhaseKind::generation ? cell.shape.q_len : 1;
+  spec.kv_len = {std::min(3 * spec.page_size + 17, 900) + spec.q_len, 2 * spec.page_size + 5 + spec.q_len};
+  spec.contexts = cell.mixed || cell.shape.phase == PhaseKind::context ? 2 : 0;
+  spec.context_len = 64;
+  spec.stats = cell.shape.helix || cell.shape.has_stats;
+  spec.seed = std::hash<std::string>{}(cell.key);
+  testing::SyntheticBatch host(spec);
+  std::vector<std::int32_t> bounds;
+  testing::DeviceBatch device(host);
+  Problem problem = device.problem();
+  if (cell.shape.helix) {
+    for (std::int32_t r = 0; r < problem.num_requests(); ++r) {
+      for (std::int32_t t = 0; t < problem.q_len[r]; ++t) {
+        bounds.push_back(static_cast<std::int32_t>(
+            std::max<std::int64_t>(0, visible_kv(problem.kv_len[r], problem.q_len[r], t) - t % 3)));
+      }
+    }
+    problem.helix.cp_size = cell.shape.cp_size;
+    problem.helix.token_kv_bounds = bounds;
+  }
+  validate(problem);
+  const PhasePlan plan = plan_phases(problem);
+  const Phase& phase = cell.shape.phase == PhaseKind::context ? *plan.context : *plan.generation;
+  auto run = backend.prepare(phase.problem, {}, stream);
+  run->enqueue(stream);
+  cuda_ok(cudaStreamSynchronize(stream), "sweep cell");
+  device.download_outputs();
+
+  Problem reference_problem = host.problem();
+  reference_problem.helix = problem.helix;
+  const testing::NaiveResult expected = testing::parallel_naive_attention(reference_problem);
+  const std::int64_t row = phase.first_token * spec.heads;
+  const std::int64_t rows = phase.problem.num_tokens() * spec.heads;
+  const std::int64_t rank = spec.dims.kv_lora_rank;
+  const std::vector<double> want(expected.out.begin() + row * rank, expected.out.begin() + (row + rows) * rank);
+  const auto* got = host.out_.data() + row * rank * static_cast<std::int64_t>(dtype_size(spec.q_dtype));
+  const testing::Comparison c = testing::compare(got, spec.q_dtype, want);
+  CellResult result;
+  result.rel_l2 = c.rel_l2_err;
+  result.pass = c.within(spec.kv_dtype == DType::fp8_e4m3 ? 3e-2 : 1e-2);
+  if (spec.stats) {
+    const std::vector<float> got_stats(host.stats_.begin() + row * 2, host.stats_.begin() + (row + rows) * 2);
+    const std::vector<double> want_stats(expected.stats.begin() + row * 2, expected.stats.begin() + (row + rows) * 2);
+    result.pass = result.pass && testing::compare_stats(got_stats, want_stats).within(1e-2);
+  }
+  return result;
+}
+#endif
+
+}  // namespace
+
+int execute_sweep(const std::vector<BackendPtr>& backends, SweepSpace space, double max_seconds, bool json) {
+#if defined(HELIXMLA_WITH_CUDA)
+  const Environment env = Environment::detect();
+  if (!env.has_gpu()) throw RuntimeFailure("sweep --execute needs a CUDA GPU; none was found");
+  space.archs = {env.arch};
+  space.device_tensors = true;
+
+  std::map<std::string, Cell> cells;
+  SweepHooks hooks;
+  hooks.visit = [&](const SweepPoint& point) {
+    if (!point.decision) return;
+    for (const Candidate& c : point.decision->candidates) {
+      if (!c.capable || c.backend == "cpu") continue;
+      const std::string key = fmt::format("{} {} {} kv={} {} {}{}", c.backend, c.kernel, page_class(point.shape.page_size),
+                                          to_string(point.shape.kv_dtype), q_class(point.shape),
+                                          point.shape.helix ? "helix" : "plain", point.mixed ? " mixed" : "");
+      if (cells.count(key)) continue;
+      const bool jit = c.reason.find("JIT") != std::string::npos || c.reason.find("just in time") != std::string::npos ||
+                       c.kernel.find("jit") != std::string::npos;
+      cells.emplace(key, Cell{key, c.backend, c.kernel, jit, point.mixed, point.shape});
+    }
+  };
+  std::cerr << "sweep --execute: collecting the combinations the CUDA backends claim on " << to_string(env.arch) << "\n";
+  sweep(backends, space, hooks);
+
+  std::vector<const Cell*> order;
+  for (const auto& [key, cell] : cells) order.push_back(&cell);
+  std::stable_sort(order.begin(), order.end(), [](const Cell* a, const Cell* b) { return a->jit < b->jit; });
+
+  std::map<std::string, BackendPtr> by_name;
+  for (const BackendPtr& b : backends) by_name[std::string(b->name())] = b;
+  cudaStream_t stream;
+  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  const auto start = std::chrono::steady_clock::now();
+  nlohmann::json rows = nlohmann::json::array();
+  std::size_t executed = 0, failed = 0;
+  for (const Cell* cell : order) {
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (elapsed > max_seconds) break;
+    CellResult r;
+    try {
+      r = execute_cell(*by_name.at(cell->backend), *cell, stream);
+    } catch (const std::exception& e) {
+      r.error = e.what();
+    }
+    ++executed;
+    failed += r.pass ? 0 : 1;
+    if (!json) {
+      std::cout << fmt::format("{:<4} {:>9.2e}  {}{}\n", r.pass ? "ok" : "FAIL", r.rel_l2, cell->key,
+                               r.error.empty() ? "" : "  error: " + r.error);
+    }
+    rows.push_back({{"cell", cell->key}, {"shape", describe(cell->shape)}, {"pass", r.pass}, {"rel_l2", r.rel_l2},
+                    {"error", r.error}});
+    if (executed % 25 == 0) std::cerr << fmt::format("sweep --execute: {}/{} combinations\n", executed, order.size());
+  }
+  cudaStreamDestroy(stream);
+  const std::size_t skipped = order.size() - executed;
+  if (json) {
+    std::cout << nlohmann::json{{"arch", std::string(to_string(env.arch))}, {"combinations", order.size()},
+                                {"executed", executed}, {"failed", failed}, {"not_executed", skipped}, {"cells", rows}}
+                     .dump(2)
+              << "\n";
+  } else {
+    std::cout << fmt::format("\nsweep --execute on {}: {} combinations, {} executed, {} failed, {} not executed (time budget {} s)\n",
+                             to_string(env.arch), order.size(), executed, failed, skipped, max_seconds);
+  }
+  return failed == 0 && skipped == 0 ? 0 : 1;
+#else
+  (void)backends;
+  (void)space;
+  (void)max_seconds;
+  (void)json;
+  throw RuntimeFailure("sweep --execute needs a build with the CUDA backends");
+#endif
+}
+
+}  // namespace helixmla::tools
