@@ -13,6 +13,7 @@
 #include "cuda/cuda_check.hpp"
 #include "cuda/generic_kernel.cuh"
 #include "cuda/generic_work_plan.hpp"
+#include "cuda/pinned_staging.hpp"
 #include "cuda/sm_count.hpp"
 #include "cuda/split_combine.hpp"
 #include "helixmla/error.hpp"
@@ -108,11 +109,6 @@ class GenericRun final : public PreparedRun {
   explicit GenericRun(int device) : device_(device) {}
 
   ~GenericRun() override {
-    if (uploaded_) {
-      cudaEventSynchronize(uploaded_);
-      cudaEventDestroy(uploaded_);
-    }
-    if (staging_) cudaFreeHost(staging_);
     if (owned_workspace_) cudaFree(owned_workspace_);
   }
   GenericRun(const GenericRun&) = delete;
@@ -123,15 +119,13 @@ class GenericRun final : public PreparedRun {
     return owned_workspace_;
   }
 
-  void* allocate_staging(std::size_t bytes) {
-    HELIXMLA_CUDA_CHECK(cudaMallocHost(&staging_, bytes));
-    return staging_;
+  unsigned char* allocate_staging(std::size_t bytes) {
+    staging_ = PinnedStaging(bytes);
+    return staging_.data();
   }
 
   void upload(void* device_metadata, std::size_t bytes, cudaStream_t stream) {
-    HELIXMLA_CUDA_CHECK(cudaMemcpyAsync(device_metadata, staging_, bytes, cudaMemcpyHostToDevice, stream));
-    HELIXMLA_CUDA_CHECK(cudaEventCreateWithFlags(&uploaded_, cudaEventDisableTiming));
-    HELIXMLA_CUDA_CHECK(cudaEventRecord(uploaded_, stream));
+    staging_.upload(device_metadata, bytes, stream);
   }
 
   void bind(GenericKernelParams params, SplitCombineArgs combine) {
@@ -150,9 +144,8 @@ class GenericRun final : public PreparedRun {
   int device_;
   GenericKernelParams params_;
   SplitCombineArgs combine_;
-  void* staging_ = nullptr;
+  PinnedStaging staging_;
   void* owned_workspace_ = nullptr;
-  cudaEvent_t uploaded_ = nullptr;
 };
 
 class GenericBackend final : public Backend {
@@ -235,7 +228,7 @@ class GenericBackend final : public Backend {
     auto run = std::make_unique<GenericRun>(device);
     auto* base = static_cast<unsigned char*>(workspace.data != nullptr ? workspace.data
                                                                        : run->allocate_workspace(layout.total_bytes));
-    auto* staging = static_cast<unsigned char*>(run->allocate_staging(layout.metadata_bytes));
+    unsigned char* staging = run->allocate_staging(layout.metadata_bytes);
     const auto stage = [&](std::size_t offset, const auto& values) {
       if (!values.empty()) std::memcpy(staging + offset, values.data(), values.size() * sizeof(values[0]));
     };
