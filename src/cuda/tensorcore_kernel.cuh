@@ -16,7 +16,8 @@
 // - KV tiles of 32 tokens are gathered from the page pool with 16-byte
 //   cp.async (page size PAGE is a template parameter: the page lookup is a
 //   multiply, not a division), 2 to 4 stages deep; tokens past the range are
-//   zero-filled, so masked positions multiply finite zeros.
+//   zero-filled, so masked positions multiply finite zeros. Each thread looks
+//   up its page one tile ahead, so the page-table load never stalls a copy.
 // - Shared-memory rows are 128-byte blocks with the 16-byte chunks XOR-swizzled
 //   by row, so every ldmatrix and every cp.async store is conflict-free.
 // - Two matrix engines (template ENGINE), bf16 or fp16 in, float32 accumulate:
@@ -30,10 +31,17 @@
 //     N-major from the same tile). The shared-memory rows above are exactly
 //     the 128-byte-swizzle canonical layout wgmma descriptors describe.
 //   Between the two matrix steps the online softmax runs in float32 in the
-//   exp2 domain, writing P (16-bit) and each row's rescale factor.
+//   exp2 domain. mma.sync: S partials meet in shared memory, the softmax
+//   writes P (16-bit) and each row's rescale factor there. wgmma: the two S
+//   partials are swapped through shared memory in register order, and each
+//   warpgroup runs the softmax on the whole tile in its own registers (the S
+//   accumulator layout is P's A-operand layout), so one barrier per tile
+//   less and no P round trip; the rescale of O is skipped when no row max
+//   moved.
 // - fp8 e4m3 KV lands in shared memory as bytes and is widened once per tile
 //   to the 16-bit MMA type (exact: every e4m3 value is a bf16/fp16 value); the
 //   per-tensor KV scale is folded into the softmax scale and the output scale.
+//   The widening is bound by shared-memory traffic, not by the conversions.
 // - Epilogue: o / l (zero when l == 0), stats (m in natural-log units, l). A
 //   split writes float32 partials in split_combine's entry layout instead.
 #pragma once
@@ -113,6 +121,7 @@ struct Config {
   static constexpr int kPOffset = kSOffset + (kScratchInStage ? 0 : kSBytes);
   static constexpr int kRowInfoOffset = kPOffset + (kScratchInStage ? 0 : kPBytes);
   static constexpr int kSmemBytes = kRowInfoOffset + 4 * M * 4 + (kWgmma ? 1024 : 0);
+  static_assert(!kWgmma || kSBytes >= 2 * 128 * 16 * 4, "wgmma S exchange: 16 floats per thread");
 };
 
 #if defined(__CUDACC__)
@@ -366,13 +375,18 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
 
   const int n_tiles = w.kv_end > w.kv_begin ? (w.kv_end - w.kv_begin + T - 1) / T : 0;
 
-  // Gathers KV tile `tile` (32 positions from kv_begin + 32 * tile) into `stage`.
+  // This thread's pool slot of KV tile `tile` (32 positions from kv_begin +
+  // 32 * tile), -1 past the range. Looked up one tile before its copy is
+  // issued, so the page-table load never stalls the copy.
   const int load_tok = tid >> 3;
-  auto load_tile = [&](int tile, int stage) {
+  auto slot_of = [&](int tile) -> long long {
     const int pos = w.kv_begin + tile * T + load_tok;
-    const bool valid = pos < w.kv_end;
-    const long long slot =
-        valid ? static_cast<long long>(page_row[pos / PAGE]) * PAGE + pos % PAGE : 0;
+    return pos < w.kv_end ? static_cast<long long>(page_row[pos / PAGE]) * PAGE + pos % PAGE : -1;
+  };
+  // Gathers this thread's share of a KV tile (its row at `slot`) into `stage`.
+  auto load_tile = [&](long long slot, int stage) {
+    const bool valid = slot >= 0;
+    if (!valid) slot = 0;
     unsigned char* dst = stage_s + stage * C::kStageBytes;
     if constexpr (KV == kKvFp8) {
       const unsigned char* src = pool + slot * kHeadDim + sub * 16;
@@ -393,9 +407,10 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
 
 #pragma unroll
   for (int s = 0; s < C::kStages - 1; ++s) {
-    if (s < n_tiles) load_tile(s, s);
+    if (s < n_tiles) load_tile(slot_of(s), s);
     cp_async_commit();  // Q travels in the first group
   }
+  long long next_slot = slot_of(C::kStages - 1);
 
   // Softmax ownership: row srow, tokens [stok, stok + kRowTokens) of each tile.
   const int srow = tid / C::kRowThreads;
@@ -404,12 +419,19 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   float l_run = 0.0f;
 
   // mma.sync S ownership: rows [16 mt, +16), tokens [16 wn, +16), every
-  // kWarpsK-th k16 step. wgmma: warpgroup s_wg takes k16 steps [18 s_wg, +18).
+  // kWarpsK-th k16 step. wgmma: warpgroup wg takes k16 steps 2 i + wg.
   const int s_mt = warp % MT;
   const int s_wn = (warp / MT) & 1;
   const int s_wk = warp / (2 * MT);
-  const int wg = warp >> 2;
+  // Broadcast from lane 0 so the compiler sees a warp-uniform value and can
+  // keep the wgmma descriptors below in uniform registers.
+  const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0);
   const int wg_warp = warp & 3;
+  // wgmma softmax state, rows wg_row and wg_row + 8 (l: this thread's tokens only).
+  const int wg_row = wg_warp * 16 + g;
+  float m_lo = neg_inf(), m_hi = neg_inf();
+  float l_lo = 0.0f, l_hi = 0.0f;
+  const u64 q_desc = smem_desc(q_s + wg * 32, 16, 1024);
 
   // O accumulators. mma.sync: [mt][nt][4] for rows 16 mt + g (+8), columns
   // 64 warp + 8 nt + 2 c4 (+1). wgmma: [j][4] for rows 16 wg_warp + g (+8),
@@ -424,8 +446,9 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     __syncthreads();
     {
       const int next = it + C::kStages - 1;
-      if (next < n_tiles) load_tile(next, next % C::kStages);
+      if (next < n_tiles) load_tile(next_slot, next % C::kStages);
       cp_async_commit();
+      next_slot = slot_of(next + 1);
     }
     unsigned char* stage = stage_s + (it % C::kStages) * C::kStageBytes;
     const unsigned char* kv = stage;
@@ -453,10 +476,11 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       kv = wide_s;
     }
     unsigned char* scratch = C::kScratchInStage ? stage : smem + C::kSOffset;
-    float* s_buf = reinterpret_cast<float*>(scratch);
-    unsigned char* p_s = scratch + (C::kScratchInStage ? C::kSBytes : C::kPOffset - C::kSOffset);
 
-    if constexpr (C::kWgmma) {  // S partial sums of this warpgroup into s_buf[wg]
+    if constexpr (C::kWgmma) {  // S partial sums of this warpgroup over its half of the reduction
+      const u64 k_desc = smem_desc(kv + wg * 32, 16, 1024);
+      // V N-major: 64-column blocks T * 128 bytes apart, 8-token groups 1024.
+      const u64 v_desc = smem_desc(kv + (4 * wg) * (T * 128), T * 128, 1024);
       float s_acc[16];
 #pragma unroll
       for (int i = 0; i < 16; ++i) s_acc[i] = 0.0f;
@@ -464,25 +488,115 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       wgmma_fence();
 #pragma unroll
       for (int i = 0; i < C::kKSteps; ++i) {
-        const int kstep = wg * C::kKSteps + i;
-        const int in_row = (kstep & 3) * 32;
-        const u64 da = smem_desc(q_s + (kstep >> 2) * (M * 128) + in_row, 16, 1024);
-        const u64 db = smem_desc(kv + (kstep >> 2) * (T * 128) + in_row, 16, 1024);
+        // k16 step 2 i + wg: 128-byte block i / 2, 32-byte slot 2 (i % 2) + wg.
+        // Descriptors are linear in the address, so each step adds a
+        // constant to a base computed once (the per-step address arithmetic
+        // otherwise outnumbers the MMAs and starves the tensor cores).
+        const u64 da = q_desc + static_cast<u64>(((i >> 1) * (M * 128) + (i & 1) * 64) >> 4);
+        const u64 db = k_desc + static_cast<u64>(((i >> 1) * (T * 128) + (i & 1) * 64) >> 4);
         wgmma_m64n32k16_ss<ELEM>(s_acc, da, db);
       }
       wgmma_commit();
       wgmma_wait_all();
       pin_registers(s_acc);
-      float* sb = s_buf + wg * M * C::kSStride;
-      const int r = wg_warp * 16 + g;
+      // The two partial sums meet in shared memory in fragment order (thread
+      // t of one warpgroup holds the same elements as thread t of the other),
+      // so both warpgroups end up with the whole S tile in registers.
+      float4* exchange = reinterpret_cast<float4*>(scratch);
+      const int wg_tid = tid & 127;
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        exchange[(wg * 4 + q) * 128 + wg_tid] =
+            make_float4(s_acc[4 * q], s_acc[4 * q + 1], s_acc[4 * q + 2], s_acc[4 * q + 3]);
+      }
+      const int bound_lo = bound_s[wg_row];
+      const int bound_hi = bound_s[wg_row + 8];
+      __syncthreads();
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const float4 other = exchange[((wg ^ 1) * 4 + q) * 128 + wg_tid];
+        s_acc[4 * q] += other.x;
+        s_acc[4 * q + 1] += other.y;
+        s_acc[4 * q + 2] += other.z;
+        s_acc[4 * q + 3] += other.w;
+      }
+
+      // Online softmax of rows wg_row (elements 4 j + e) and wg_row + 8
+      // (4 j + 2 + e), tokens 8 j + 2 c4 + e; the four threads of a quad share
+      // the rows. Both warpgroups compute the same values; l stays a
+      // per-thread partial sum until the epilogue.
+      const int start = w.kv_begin + it * T;
+      float max_lo = neg_inf(), max_hi = neg_inf();
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const int col = j * 8 + 2 * c4;
-        *reinterpret_cast<float2*>(sb + r * C::kSStride + col) = make_float2(s_acc[4 * j], s_acc[4 * j + 1]);
-        *reinterpret_cast<float2*>(sb + (r + 8) * C::kSStride + col) =
-            make_float2(s_acc[4 * j + 2], s_acc[4 * j + 3]);
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int pos = start + 8 * j + 2 * c4 + e;
+          s_acc[4 * j + e] = pos < bound_lo ? s_acc[4 * j + e] * p.scale_log2 : neg_inf();
+          s_acc[4 * j + 2 + e] = pos < bound_hi ? s_acc[4 * j + 2 + e] * p.scale_log2 : neg_inf();
+          max_lo = fmaxf(max_lo, s_acc[4 * j + e]);
+          max_hi = fmaxf(max_hi, s_acc[4 * j + 2 + e]);
+        }
       }
+#pragma unroll
+      for (int off = 1; off < 4; off <<= 1) {
+        max_lo = fmaxf(max_lo, __shfl_xor_sync(0xffffffffu, max_lo, off));
+        max_hi = fmaxf(max_hi, __shfl_xor_sync(0xffffffffu, max_hi, off));
+      }
+      const float new_lo = fmaxf(m_lo, max_lo);
+      const float new_hi = fmaxf(m_hi, max_hi);
+      const bool any_lo = new_lo != neg_inf();
+      const bool any_hi = new_hi != neg_inf();
+      const float alpha_lo = any_lo ? fast_exp2(m_lo - new_lo) : 1.0f;
+      const float alpha_hi = any_hi ? fast_exp2(m_hi - new_hi) : 1.0f;
+      float sum_lo = 0.0f, sum_hi = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          s_acc[4 * j + e] = any_lo ? fast_exp2(s_acc[4 * j + e] - new_lo) : 0.0f;
+          s_acc[4 * j + 2 + e] = any_hi ? fast_exp2(s_acc[4 * j + 2 + e] - new_hi) : 0.0f;
+          sum_lo += s_acc[4 * j + e];
+          sum_hi += s_acc[4 * j + 2 + e];
+        }
+      }
+      l_lo = l_lo * alpha_lo + sum_lo;
+      l_hi = l_hi * alpha_hi + sum_hi;
+      m_lo = new_lo;
+      m_hi = new_hi;
+
+      // O[:, 256 wg .. +256] = alpha * O + P V. The S accumulator layout is
+      // the register A-operand layout of P: k16 step kk takes 8-token groups
+      // 2 kk and 2 kk + 1. Once the running maxima settle, alpha is 1 and
+      // the rescale is skipped.
+      if (__any_sync(0xffffffffu, alpha_lo != 1.0f || alpha_hi != 1.0f)) {
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+          acc[4 * j] *= alpha_lo;
+          acc[4 * j + 1] *= alpha_lo;
+          acc[4 * j + 2] *= alpha_hi;
+          acc[4 * j + 3] *= alpha_hi;
+        }
+      }
+      u32 pa[T / 16][4];
+#pragma unroll
+      for (int kk = 0; kk < T / 16; ++kk) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) pa[kk][i] = pack2<ELEM>(s_acc[8 * kk + 2 * i], s_acc[8 * kk + 2 * i + 1]);
+      }
+      pin_registers(acc);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < T / 16; ++kk) {
+        const u64 dv = v_desc + static_cast<u64>((kk * 16 * 128) >> 4);
+        wgmma_m64n256k16_rs<ELEM>(acc, pa[kk], dv);
+      }
+      wgmma_commit();
+      wgmma_wait_all();
+      pin_registers(acc);
     } else {  // S partial sums of this warp into s_buf[s_wk]
+      float* s_buf = reinterpret_cast<float*>(scratch);
+      unsigned char* p_s = scratch + (C::kScratchInStage ? C::kSBytes : C::kPOffset - C::kSOffset);
       float s_acc[2][4];
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
@@ -520,89 +634,64 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
         *reinterpret_cast<float2*>(sb + (r + 8) * C::kSStride + col) =
             make_float2(s_acc[nt][2], s_acc[nt][3]);
       }
-    }
-    __syncthreads();
+      __syncthreads();
 
-    {  // online softmax for (srow, stok..): P and the row's rescale factor
-      const int start = w.kv_begin + it * T;
-      const int bound = bound_s[srow];
-      float v[C::kRowTokens];
-      float tile_max = neg_inf();
+      {  // online softmax for (srow, stok..): P and the row's rescale factor
+        const int start = w.kv_begin + it * T;
+        const int bound = bound_s[srow];
+        float v[C::kRowTokens];
+        float tile_max = neg_inf();
 #pragma unroll
-      for (int i = 0; i < C::kRowTokens; ++i) {
-        float s = 0.0f;
+        for (int i = 0; i < C::kRowTokens; ++i) {
+          float s = 0.0f;
 #pragma unroll
-        for (int k = 0; k < C::kWarpsK; ++k) s += s_buf[(k * M + srow) * C::kSStride + stok + i];
-        v[i] = start + stok + i < bound ? s * p.scale_log2 : neg_inf();
-        tile_max = fmaxf(tile_max, v[i]);
+          for (int k = 0; k < C::kWarpsK; ++k) s += s_buf[(k * M + srow) * C::kSStride + stok + i];
+          v[i] = start + stok + i < bound ? s * p.scale_log2 : neg_inf();
+          tile_max = fmaxf(tile_max, v[i]);
+        }
+#pragma unroll
+        for (int off = C::kRowThreads / 2; off > 0; off >>= 1) {
+          tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, off));
+        }
+        const float m_new = fmaxf(m_run, tile_max);
+        const bool any = m_new != neg_inf();
+        const float alpha = any ? fast_exp2(m_run - m_new) : 1.0f;
+        float sum = 0.0f;
+#pragma unroll
+        for (int i = 0; i < C::kRowTokens; ++i) {
+          v[i] = any ? fast_exp2(v[i] - m_new) : 0.0f;
+          sum += v[i];
+        }
+#pragma unroll
+        for (int off = C::kRowThreads / 2; off > 0; off >>= 1) {
+          sum += __shfl_xor_sync(0xffffffffu, sum, off);
+        }
+        l_run = l_run * alpha + sum;
+        m_run = m_new;
+        u32 packed[C::kRowTokens / 2];
+#pragma unroll
+        for (int i = 0; i < C::kRowTokens / 2; ++i) packed[i] = pack2<ELEM>(v[2 * i], v[2 * i + 1]);
+        unsigned char* dst = p_s + p_offset(srow, stok >> 3) + (stok & 7) * 2;
+        if constexpr (C::kRowTokens == 2) {
+          *reinterpret_cast<u32*>(dst) = packed[0];
+        } else if constexpr (C::kRowTokens == 4) {
+          *reinterpret_cast<uint2*>(dst) = make_uint2(packed[0], packed[1]);
+        } else {
+          static_assert(C::kRowTokens == 8, "softmax threads own 2, 4 or 8 tokens");
+          *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+        }
+        if (stok == 0) alpha_s[srow] = alpha;
       }
-#pragma unroll
-      for (int off = C::kRowThreads / 2; off > 0; off >>= 1) {
-        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, off));
-      }
-      const float m_new = fmaxf(m_run, tile_max);
-      const bool any = m_new != neg_inf();
-      const float alpha = any ? fast_exp2(m_run - m_new) : 1.0f;
-      float sum = 0.0f;
-#pragma unroll
-      for (int i = 0; i < C::kRowTokens; ++i) {
-        v[i] = any ? fast_exp2(v[i] - m_new) : 0.0f;
-        sum += v[i];
-      }
-#pragma unroll
-      for (int off = C::kRowThreads / 2; off > 0; off >>= 1) {
-        sum += __shfl_xor_sync(0xffffffffu, sum, off);
-      }
-      l_run = l_run * alpha + sum;
-      m_run = m_new;
-      u32 packed[C::kRowTokens / 2];
-#pragma unroll
-      for (int i = 0; i < C::kRowTokens / 2; ++i) packed[i] = pack2<ELEM>(v[2 * i], v[2 * i + 1]);
-      unsigned char* dst = p_s + p_offset(srow, stok >> 3) + (stok & 7) * 2;
-      if constexpr (C::kRowTokens == 2) {
-        *reinterpret_cast<u32*>(dst) = packed[0];
-      } else if constexpr (C::kRowTokens == 4) {
-        *reinterpret_cast<uint2*>(dst) = make_uint2(packed[0], packed[1]);
-      } else {
-        static_assert(C::kRowTokens == 8, "softmax threads own 2, 4 or 8 tokens");
-        *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-      }
-      if (stok == 0) alpha_s[srow] = alpha;
-    }
-    __syncthreads();
+      __syncthreads();
 
-    // P rows as mma A fragments: lanes address rows (lane & 7) + 8 ((lane >> 3) & 1)
-    // and 16-byte chunk 2 kk + (lane >> 4) of their 16-row block.
-    const int pa_row = (lane & 7) + ((lane >> 3) & 1) * 8;
-    int p_off[T / 16];
+      // P rows as mma A fragments: lanes address rows (lane & 7) + 8 ((lane >> 3) & 1)
+      // and 16-byte chunk 2 kk + (lane >> 4) of their 16-row block.
+      const int pa_row = (lane & 7) + ((lane >> 3) & 1) * 8;
+      int p_off[T / 16];
 #pragma unroll
-    for (int kk = 0; kk < T / 16; ++kk) p_off[kk] = p_offset(pa_row, kk * 2 + (lane >> 4));
+      for (int kk = 0; kk < T / 16; ++kk) p_off[kk] = p_offset(pa_row, kk * 2 + (lane >> 4));
 
-    if constexpr (C::kWgmma) {  // O[:, 256 wg .. +256] = alpha * O + P V
-      const float a_lo = alpha_s[wg_warp * 16 + g];
-      const float a_hi = alpha_s[wg_warp * 16 + g + 8];
-#pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        acc[4 * j] *= a_lo;
-        acc[4 * j + 1] *= a_lo;
-        acc[4 * j + 2] *= a_hi;
-        acc[4 * j + 3] *= a_hi;
-      }
-      u32 pa[T / 16][4];
-#pragma unroll
-      for (int kk = 0; kk < T / 16; ++kk) ldmatrix_x4(pa[kk], p_s + wg_warp * 16 * 64 + p_off[kk]);
-      pin_registers(acc);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < T / 16; ++kk) {
-        // V N-major: 64-column blocks T * 128 bytes apart, 8-token groups 1024.
-        const u64 dv = smem_desc(kv + (4 * wg) * (T * 128) + kk * 16 * 128, T * 128, 1024);
-        wgmma_m64n256k16_rs<ELEM>(acc, pa[kk], dv);
-      }
-      wgmma_commit();
-      wgmma_wait_all();
-      pin_registers(acc);
-    } else {  // O[:, 64 warp .. +64] = alpha * O + P V
+      // O[:, 64 warp .. +64] = alpha * O + P V
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         const float a_lo = alpha_s[mt * 16 + g];
@@ -645,7 +734,19 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   }
   cp_async_wait<0>();
 
-  if (stok == 0) {
+  if constexpr (C::kWgmma) {
+#pragma unroll
+    for (int off = 1; off < 4; off <<= 1) {
+      l_lo += __shfl_xor_sync(0xffffffffu, l_lo, off);
+      l_hi += __shfl_xor_sync(0xffffffffu, l_hi, off);
+    }
+    if (wg == 0 && c4 == 0) {
+      m_s[wg_row] = m_lo;
+      l_s[wg_row] = l_lo;
+      m_s[wg_row + 8] = m_hi;
+      l_s[wg_row + 8] = l_hi;
+    }
+  } else if (stok == 0) {
     m_s[srow] = m_run;
     l_s[srow] = l_run;
   }

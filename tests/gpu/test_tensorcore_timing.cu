@@ -127,11 +127,14 @@ TEST(TensorcoreTiming, SuiteShapesPrintTimes) {
 
     cudaStream_t stream;
     check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    // 64-row tiles: the default engine first, then the other one for comparison.
+    // The default variant first; where 64-row tiles pad or just hold
+    // H * q_len rows, also 16-row mma.sync tiles (one block per 16 rows, each
+    // reading the KV again through L2) for comparison.
     std::vector<cuda::TensorcoreVariant> variants{cuda::tensorcore_variant_of(p)};
-    if (variants.front().rows == 64) {
+    if (variants.front().rows == 64 && c.heads * c.q_len <= 64) {
       variants.push_back(variants.front());
-      variants.back().wgmma = !variants.back().wgmma;
+      variants.back().rows = 16;
+      variants.back().wgmma = false;
     }
     for (const cuda::TensorcoreVariant& variant : variants) {
       check(cudaMemset(out.data(), 0xff, out.bytes()));
