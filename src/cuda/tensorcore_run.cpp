@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cuda/cuda_check.hpp"
+#include "cuda/pinned_staging.hpp"
 #include "cuda/split_combine.hpp"
 #include "cuda/tensorcore_jit.hpp"
 #include "cuda/tensorcore_kernel.cuh"
@@ -44,24 +45,6 @@ Kernel kernel_for(const TensorcoreVariant& variant) {
   return k;
 }
 
-// Host memory the driver can copy from asynchronously; freed only after the
-// copy that reads it (cudaFreeHost waits for the device).
-class PinnedBuffer {
- public:
-  explicit PinnedBuffer(std::size_t bytes) {
-    if (bytes > 0) HELIXMLA_CUDA_CHECK(cudaMallocHost(&data_, bytes));
-  }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  ~PinnedBuffer() {
-    if (data_) cudaFreeHost(data_);
-  }
-  unsigned char* data() const { return static_cast<unsigned char*>(data_); }
-
- private:
-  void* data_ = nullptr;
-};
-
 class TensorcoreRun final : public PreparedRun {
  public:
   explicit TensorcoreRun(std::size_t staging_bytes) : staging_(staging_bytes) {}
@@ -72,6 +55,7 @@ class TensorcoreRun final : public PreparedRun {
   }
 
   unsigned char* staging() const { return staging_.data(); }
+  void upload(void* device, std::size_t bytes, cudaStream_t stream) { staging_.upload(device, bytes, stream); }
   // Scratch for callers that passed no workspace; lives as long as the run.
   void* own_workspace(std::size_t bytes) {
     HELIXMLA_CUDA_CHECK(cudaMalloc(&owned_workspace_, bytes > 0 ? bytes : 1));
@@ -102,7 +86,7 @@ class TensorcoreRun final : public PreparedRun {
   helixmla_tc::Params params_{};
   unsigned blocks_ = 0;
   SplitCombineArgs combine_;
-  PinnedBuffer staging_;
+  PinnedStaging staging_;
   void* owned_workspace_ = nullptr;
 };
 
@@ -186,8 +170,7 @@ std::unique_ptr<PreparedRun> prepare_tensorcore(const Problem& phase, const Tens
       phase.helix.token_kv_bounds.size() * sizeof(std::int32_t));
   put(plan.page_table_offset, phase.page_table.data(),
       phase.page_table.size() * sizeof(std::int32_t));
-  HELIXMLA_CUDA_CHECK(cudaMemcpyAsync(base, staging, plan.metadata_bytes, cudaMemcpyHostToDevice,
-                                      static_cast<cudaStream_t>(stream)));
+  run->upload(base, plan.metadata_bytes, static_cast<cudaStream_t>(stream));
   return run;
 }
 
