@@ -3,7 +3,7 @@
 # skipped (and said so) once the time budget is spent. Logs go to
 # /tmp/helixmla-gpu-check and, packed as one archive, to $OUT when set (the
 # device tool brings back only a few files); a short summary is printed last.
-#   scripts/gpu-check.sh [tests] [multigpu] [helix] [bench] [sanitize] [execute] [tune]
+#   scripts/gpu-check.sh [tests] [multigpu] [helix] [bench] [tune] [sanitize] [execute]
 #   (default: tests sanitize bench; HELIXMLA_CHECK_BUDGET seconds, default 540)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -67,8 +67,14 @@ if step bench; then
   summary+=("bench exit $? [$(elapsed) s]")
   [ -n "${OUT:-}" ] && cp "$out/bench.json" "$out/bench.svg" "$OUT/"
 fi
+if step tune; then
+  "$build/helixmla" tune --out "$out/perf-sm90.json" --heads 16,48,64,128 --page-sizes 32,64 --batches 1,64 \
+    --iterations 15 >"$out/tune.txt" 2>&1
+  summary+=("tune exit $?: $(tail -1 "$out/tune.txt") [$(elapsed) s]")
+  [ -n "${OUT:-}" ] && cp "$out/perf-sm90.json" "$OUT/"
+fi
 if step sanitize; then
-  filter=${HELIXMLA_SANITIZE_FILTER:-*Sanitize*:*GraphReplay*:*SplitKv*}
+  filter=${HELIXMLA_SANITIZE_FILTER:-*Sanitize*:*GraphReplay*:*SplitKv*:HelixGpu.*}
   for tool in memcheck racecheck; do
     compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/tests/helixmla_gpu_tests" \
       --gtest_filter="$filter" >"$out/sanitize-$tool.log" 2>&1
@@ -81,12 +87,6 @@ if step execute; then
   [ "$left" -lt 30 ] && left=30
   "$build/helixmla" sweep --execute --max-seconds "$left" >"$out/sweep-execute.txt" 2>"$out/sweep-execute.err"
   summary+=("sweep --execute exit $?: $(tail -1 "$out/sweep-execute.txt") [$(elapsed) s]")
-fi
-if step tune; then
-  "$build/helixmla" tune --out "$out/perf-sm90.json" --heads 16,48,64,128 --page-sizes 32,64 --batches 1,64 \
-    --iterations 15 >"$out/tune.txt" 2>&1
-  summary+=("tune exit $?: $(tail -1 "$out/tune.txt") [$(elapsed) s]")
-  [ -n "${OUT:-}" ] && cp "$out/perf-sm90.json" "$OUT/"
 fi
 
 [ -n "${OUT:-}" ] && tar czf "$OUT/gpu-check-logs.tgz" -C "$out" .
