@@ -50,6 +50,7 @@ fi
 if step helix; then
   helix_run() {  # label, then `helixmla run` arguments
     local label=$1; shift
+    [ "$(elapsed)" -ge "$budget" ] && { summary+=("helix $label: skipped, time budget spent"); return; }
     timeout 120 "$build/helixmla" run --json --repeat 20 "$@" >"$out/helix-$label.json" 2>"$out/helix-$label.err"
     summary+=("helix $label: exit $? $(head -c 700 "$out/helix-$label.json")")
   }
@@ -76,7 +77,7 @@ fi
 if step sanitize; then
   filter=${HELIXMLA_SANITIZE_FILTER:-*Sanitize*:*GraphReplay*:*SplitKv*:HelixGpu.*}
   for tool in memcheck racecheck; do
-    compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/tests/helixmla_gpu_tests" \
+    timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/tests/helixmla_gpu_tests" \
       --gtest_filter="$filter" >"$out/sanitize-$tool.log" 2>&1
     rc=$?
     summary+=("compute-sanitizer $tool ($filter): exit $rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize-$tool.log" | tail -1), $(grep -E '^\[  (PASSED|FAILED)' "$out/sanitize-$tool.log" | head -2 | tr '\n' ' ') [$(elapsed) s]")
