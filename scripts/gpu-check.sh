@@ -3,7 +3,7 @@
 # skipped (and said so) once the time budget is spent. Logs go to
 # /tmp/helixmla-gpu-check and, packed as one archive, to $OUT when set (the
 # device tool brings back only a few files); a short summary is printed last.
-#   scripts/gpu-check.sh [tests] [multigpu] [helix] [bench] [tune] [sanitize] [execute]
+#   scripts/gpu-check.sh [run] [tests] [multigpu] [helix] [bench] [tune] [sanitize] [execute]
 #   (default: tests sanitize bench; HELIXMLA_CHECK_BUDGET seconds, default 540)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +25,9 @@ ctest_line() { grep -E 'tests passed|tests failed' "$1" | tail -1; }
 
 nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$out/gpu.txt"
 gpus=$(nvidia-smi -L | wc -l)
-summary+=("commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo '+dirty'); $gpus x $(sed -n 2p "$out/gpu.txt")")
+# The device copy of the tree has no .git: the caller may name the commit.
+commit=${HELIXMLA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+summary+=("commit $commit; $gpus x $(sed -n 2p "$out/gpu.txt")")
 
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="80-virtual;90-real" \
   -DHELIXMLA_BUILD_BENCH=OFF >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
@@ -35,6 +37,10 @@ if ! ninja -C "$build" -j "$(nproc)" >"$out/build.log" 2>&1; then
 fi
 summary+=("build: $(elapsed) s")
 
+if step run; then
+  "$build/helixmla" run >"$out/run.txt" 2>&1
+  summary+=("helixmla run (default problem): exit $?: $(sed -n 3p "$out/run.txt")")
+fi
 if step tests; then
   ctest --test-dir "$build" -L gpu --output-on-failure -j 1 --timeout 300 >"$out/gpu-tests.log" 2>&1
   summary+=("gpu tests: $(ctest_line "$out/gpu-tests.log") [$(elapsed) s]")
