@@ -62,16 +62,19 @@ void for_each_chunk(const ExchangeShape& shape, const std::vector<const RankBuff
   }
 }
 
+// In process, every rank is local.
+std::vector<std::int32_t> all_ranks(std::int32_t cp) {
+  std::vector<std::int32_t> all;
+  for (std::int32_t r = 0; r < cp; ++r) all.push_back(r);
+  return all;
+}
+
 class HostExchange final : public Exchange {
  public:
   explicit HostExchange(std::int32_t cp) : cp_(cp) {}
   std::string_view name() const override { return "in_process_host"; }
   std::int32_t size() const override { return cp_; }
-  std::vector<std::int32_t> local_ranks() const override {
-    std::vector<std::int32_t> all;
-    for (std::int32_t r = 0; r < cp_; ++r) all.push_back(r);
-    return all;
-  }
+  std::vector<std::int32_t> local_ranks() const override { return all_ranks(cp_); }
   void all_to_all(const ExchangeShape& shape, std::span<const RankBuffers> ranks) override {
     check_shape(shape, cp_);
     for_each_chunk(shape, by_rank(cp_, ranks),
@@ -95,11 +98,7 @@ class DeviceExchange final : public Exchange {
   }
   std::string_view name() const override { return "in_process_device"; }
   std::int32_t size() const override { return cp_; }
-  std::vector<std::int32_t> local_ranks() const override {
-    std::vector<std::int32_t> all;
-    for (std::int32_t r = 0; r < cp_; ++r) all.push_back(r);
-    return all;
-  }
+  std::vector<std::int32_t> local_ranks() const override { return all_ranks(cp_); }
 
   void all_to_all(const ExchangeShape& shape, std::span<const RankBuffers> ranks) override {
     check_shape(shape, cp_);
