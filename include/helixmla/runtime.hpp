@@ -44,6 +44,8 @@ class Runtime {
   const RuntimeOptions& options() const { return options_; }
 
  private:
+  Selection select_phases(const PhasePlan& plan, const Problem& problem) const;
+
   RuntimeOptions options_;
   Selector selector_;
 };

@@ -61,7 +61,10 @@ Runtime::Runtime(RuntimeOptions options)
 
 Selection Runtime::select(const Problem& problem) const {
   validate(problem);
-  const PhasePlan plan = plan_phases(problem);
+  return select_phases(plan_phases(problem), problem);
+}
+
+Selection Runtime::select_phases(const PhasePlan& plan, const Problem& problem) const {
   Selection selection;
   if (plan.context) selection.context = selector_.select(shape_of(*plan.context, problem), options_.forced_backend);
   if (plan.generation) {
@@ -71,8 +74,9 @@ Selection Runtime::select(const Problem& problem) const {
 }
 
 std::size_t Runtime::workspace_bytes(const Problem& problem) const {
-  const Selection selection = select(problem);
+  validate(problem);
   const PhasePlan plan = plan_phases(problem);
+  const Selection selection = select_phases(plan, problem);
   std::size_t total = 0;
   if (plan.context) total += align_up(selection.context->backend->workspace_bytes(plan.context->problem));
   if (plan.generation) {
@@ -83,8 +87,9 @@ std::size_t Runtime::workspace_bytes(const Problem& problem) const {
 
 std::unique_ptr<PreparedRun> Runtime::prepare(const Problem& problem, Workspace workspace,
                                               void* stream) const {
-  const Selection selection = select(problem);
+  validate(problem);
   const PhasePlan plan = plan_phases(problem);
+  const Selection selection = select_phases(plan, problem);
   auto composite = std::make_unique<CompositeRun>();
   auto* cursor = static_cast<unsigned char*>(workspace.data);
   std::size_t left = workspace.bytes;
