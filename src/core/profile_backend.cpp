@@ -15,6 +15,7 @@
 
 #include "helixmla/error.hpp"
 #include "helixmla/profile.hpp"
+#include "helixmla/validate.hpp"
 
 namespace helixmla {
 
@@ -23,6 +24,7 @@ namespace {
 using nlohmann::json;
 
 constexpr int kVersion = 1;
+constexpr std::int32_t kMaxLength = 1 << 20;  // q_len and tile_q
 
 // ---- shape fields a condition may test ------------------------------------
 
@@ -135,6 +137,14 @@ std::string string_at(const json& value, const std::string& field) {
 std::int64_t int_at(const json& value, const std::string& field) {
   if (!value.is_number_integer()) bad(field, value, "must be an integer");
   return value.get<std::int64_t>();
+}
+
+// Checked before narrowing: a value outside int32 would otherwise wrap to an
+// ordinary-looking one (4294967344 heads reads as 48).
+std::int32_t int_in(const json& value, const std::string& field, std::int32_t min, std::int32_t max) {
+  const std::int64_t v = int_at(value, field);
+  if (v < min || v > max) bad(field, value, fmt::format("must be in [{}, {}]", min, max));
+  return static_cast<std::int32_t>(v);
 }
 
 std::string optional_string(const json& object, const char* key, const std::string& where) {
@@ -316,8 +326,8 @@ std::vector<MinBatch> parse_min_batch(const json& value, const std::string& wher
     const std::string at = fmt::format("{}[{}]", where, i);
     only_keys(value[i], at, {"heads", "q_len", "min_batch"});
     MinBatch row;
-    row.heads = static_cast<std::int32_t>(int_at(required(value[i], "heads", at), at + ".heads"));
-    row.q_len = static_cast<std::int32_t>(int_at(required(value[i], "q_len", at), at + ".q_len"));
+    row.heads = int_in(required(value[i], "heads", at), at + ".heads", 1, kMaxHeads);
+    row.q_len = int_in(required(value[i], "q_len", at), at + ".q_len", 1, kMaxLength);
     const std::int64_t floor = int_at(required(value[i], "min_batch", at), at + ".min_batch");
     if (floor < 1 || floor > (1 << 30) || !std::has_single_bit(static_cast<std::uint64_t>(floor))) {
       bad(at + ".min_batch", value[i]["min_batch"],
@@ -419,7 +429,7 @@ Family parse_family(const json& object, const std::string& where) {
   family.name = string_at(required(object, "name", where), where + ".name");
   if (object.contains("when")) family.when = parse_condition(object["when"], where + ".when");
   if (object.contains("tile_q")) {
-    family.tile_q = static_cast<std::int32_t>(int_at(object["tile_q"], where + ".tile_q"));
+    family.tile_q = int_in(object["tile_q"], where + ".tile_q", 1, kMaxLength);
   }
   if (object.contains("invalid")) family.invalid = string_at(object["invalid"], where + ".invalid");
   if (object.contains("precompiled_page_sizes")) {

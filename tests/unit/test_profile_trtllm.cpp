@@ -375,6 +375,32 @@ TEST(ProfileSchema, ErrorsNameTheJsonField) {
   }
 }
 
+// A value beyond int32 must not wrap into an ordinary-looking one
+// (4294967344 heads would read as 48).
+TEST(ProfileSchema, IntegersOutOfRangeAreRejectedBeforeNarrowing) {
+  const nlohmann::json good = nlohmann::json::parse(profile_text("trtllm"));
+  auto with = [&](const nlohmann::json::json_pointer& at, const nlohmann::json& value) {
+    nlohmann::json doc = good;
+    doc[at] = value;
+    return field_of_error(doc);
+  };
+  const auto row = "/backends/0/admission/9/performance_gate/1/min_batch/0"_json_pointer;
+  const std::string row_field = "profile.backends[0].admission[9].performance_gate[1].min_batch[0]";
+  EXPECT_EQ(with(row / "heads", 4294967344LL), row_field + ".heads");
+  EXPECT_EQ(with(row / "heads", 129), row_field + ".heads");
+  EXPECT_EQ(with(row / "heads", 0), row_field + ".heads");
+  EXPECT_EQ(with(row / "q_len", 4294967297LL), row_field + ".q_len");
+  EXPECT_EQ(with(row / "q_len", (1 << 20) + 1), row_field + ".q_len");
+  EXPECT_EQ(with(row / "q_len", -1), row_field + ".q_len");
+  const auto family = "/backends/2/kernels/families/0"_json_pointer;
+  EXPECT_EQ(with(family / "tile_q", 4294967360LL), "profile.backends[2].kernels.families[0].tile_q");
+  EXPECT_EQ(with(family / "tile_q", 0), "profile.backends[2].kernels.families[0].tile_q");
+  nlohmann::json edge = good;
+  edge[row / "heads"] = 128;
+  edge[row / "q_len"] = 1 << 20;
+  EXPECT_EQ(field_of_error(edge), "no error");
+}
+
 TEST(ProfileLoading, ResolvesNamesThroughTheProfileDirectory) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "helixmla-profile-test";
   std::filesystem::create_directories(dir);
