@@ -678,6 +678,7 @@ Profile parse_profile(const std::string& json_text, const std::string& origin) {
     only_keys(*scope, "profile.scope", {"archs", "phases"});
     if (scope->contains("archs")) {
       const json& archs = array_at((*scope)["archs"], "profile.scope.archs");
+      if (archs.empty()) bad("profile.scope.archs", archs, "must list at least one architecture");
       profile.archs.clear();
       for (std::size_t i = 0; i < archs.size(); ++i) {
         profile.archs.push_back(arch_at(archs[i], fmt::format("profile.scope.archs[{}]", i)));
@@ -685,6 +686,7 @@ Profile parse_profile(const std::string& json_text, const std::string& origin) {
     }
     if (scope->contains("phases")) {
       const json& phases = array_at((*scope)["phases"], "profile.scope.phases");
+      if (phases.empty()) bad("profile.scope.phases", phases, "must list at least one phase");
       profile.phases.clear();
       for (std::size_t i = 0; i < phases.size(); ++i) {
         profile.phases.push_back(phase_at(phases[i], fmt::format("profile.scope.phases[{}]", i)));

@@ -401,6 +401,16 @@ TEST(ProfileSchema, IntegersOutOfRangeAreRejectedBeforeNarrowing) {
   EXPECT_EQ(field_of_error(edge), "no error");
 }
 
+// An empty scope would make `sweep --profile` select nothing and report success.
+TEST(ProfileSchema, EmptyScopeListsAreRejected) {
+  nlohmann::json doc = nlohmann::json::parse(profile_text("trtllm"));
+  doc["scope"]["archs"] = nlohmann::json::array();
+  EXPECT_EQ(field_of_error(doc), "profile.scope.archs");
+  doc = nlohmann::json::parse(profile_text("trtllm"));
+  doc["scope"]["phases"] = nlohmann::json::array();
+  EXPECT_EQ(field_of_error(doc), "profile.scope.phases");
+}
+
 TEST(ProfileLoading, ResolvesNamesThroughTheProfileDirectory) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "helixmla-profile-test";
   std::filesystem::create_directories(dir);
