@@ -61,8 +61,9 @@ testing::BatchSpec to_batch_spec(const ProblemFlags& flags, bool allocate_tensor
 std::vector<PhaseShape> phase_shapes(const ProblemFlags& flags, const Environment& env, int cp) {
   testing::SyntheticBatch batch(to_batch_spec(flags, false));
   const Problem whole = batch.problem();
-  const bool on_device =
-      env.has_gpu() && (env.built("cuda_generic") || env.built("cuda_tensorcore"));
+  // `run --backend cpu` keeps the batch in host memory even on a GPU machine.
+  const bool on_device = flags.backend != "cpu" && env.has_gpu() &&
+                         (env.built("cuda_generic") || env.built("cuda_tensorcore"));
   std::vector<PhaseShape> shapes;
   const PhasePlan plan = plan_phases(whole);
   for (const auto* phase : {&plan.context, &plan.generation}) {

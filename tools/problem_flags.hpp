@@ -31,7 +31,8 @@ void add_problem_flags(CLI::App& app, ProblemFlags& flags);
 // Throws CLI::ValidationError naming the flag when a value is out of range.
 testing::BatchSpec to_batch_spec(const ProblemFlags& flags, bool allocate_tensors = true);
 // The phase shapes of the batch the flags describe, as the selector would see
-// them on `env` (tensors on the device when env has a GPU and a CUDA backend),
+// them on `env` (tensors on the device when env has a GPU and a CUDA backend
+// and the backend is not forced to "cpu"),
 // with Helix on when cp > 1 (which implies a float32 stats buffer).
 std::vector<PhaseShape> phase_shapes(const ProblemFlags& flags, const Environment& env, int cp);
 

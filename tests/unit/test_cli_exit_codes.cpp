@@ -1,0 +1,52 @@
+// The `helixmla` program's verdicts: exit 0 for success, 1 for a failed run,
+// 2 for a bad flag value; run on the binary this build produced.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+namespace {
+
+struct Outcome {
+  int code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+const std::string& cli() {
+  static const std::string path = std::string(HELIXMLA_BINARY_DIR) + "/helixmla";
+  return path;
+}
+
+Outcome helixmla(const std::string& args) {
+  Outcome outcome;
+  FILE* pipe = popen((cli() + " " + args + " 2>&1").c_str(), "r");
+  if (!pipe) return outcome;
+  std::array<char, 4096> buffer{};
+  while (const std::size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe)) outcome.output.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  outcome.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return outcome;
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(cli())) GTEST_SKIP() << cli() << " is not built";
+  }
+};
+
+// `run --backend cpu` keeps its tensors in host memory on any machine, so
+// `explain` must describe the same shape (on a GPU build that claims sm90).
+TEST_F(Cli, ExplainWithTheCpuBackendDescribesHostTensors) {
+  const Outcome o = helixmla("explain --arch sm90 --backend cpu --heads 16 --kv-len 256 --batch 2 --json");
+  EXPECT_EQ(o.code, 0) << o.output;
+  EXPECT_TRUE(has(o.output, " host\"")) << o.output;
+  EXPECT_FALSE(has(o.output, " device\"")) << o.output;
+}
+
+}  // namespace
