@@ -90,9 +90,11 @@ void explain(const ExplainFlags& flags) {
   if (!flags.profile.empty()) {
     Profile profile = load_profile(flags.profile);
     source = fmt::format("profile {} ({})", profile.name, profile.origin);
+    require_known_backend(flags.problem.backend, profile.backends, "profile " + profile.name);
     backends = std::move(profile.backends);
   } else {
     backends = builtin_backends();
+    require_known_backend(flags.problem.backend, backends, "this build");
   }
   std::string table_path = flags.perf_table;
   if (table_path.empty() && flags.profile.empty()) {

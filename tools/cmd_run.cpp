@@ -60,18 +60,6 @@ double time_host(PreparedRun& run, int repeat) {
   return median(times);
 }
 
-// An unknown name is a bad flag value (exit 2); a known backend that cannot
-// run the batch is a failed run (exit 1, with the selector's reason).
-void require_known_backend(const std::string& name) {
-  if (name.empty()) return;
-  std::string known;
-  for (const BackendPtr& backend : builtin_backends()) {
-    if (backend->name() == name) return;
-    known += (known.empty() ? "" : ", ") + std::string(backend->name());
-  }
-  throw CLI::ValidationError("--backend", "unknown backend " + name + "; this build has " + known);
-}
-
 int run_single(const RunFlags& flags) {
   testing::SyntheticBatch batch(to_batch_spec(flags.problem));
   RuntimeOptions options;
@@ -149,7 +137,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_flag("--json", flags->json, "Print one JSON object instead of the table");
   add_helix_flags(*cmd, flags->helix);
   cmd->callback([flags] {
-    require_known_backend(flags->problem.backend);
+    require_known_backend(flags->problem.backend, builtin_backends(), "this build");
     flags->helix.repeat = flags->repeat;
     const int code = flags->cp > 1 || !flags->devices.empty()
                          ? run_helix_command(flags->problem, flags->cp, flags->devices, flags->json, flags->helix)

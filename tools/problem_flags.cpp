@@ -30,6 +30,17 @@ void add_problem_flags(CLI::App& app, ProblemFlags& flags) {
   app.add_flag("--stats", flags.stats, "Also produce softmax statistics (m, l)");
 }
 
+void require_known_backend(const std::string& name, const std::vector<BackendPtr>& backends,
+                           const std::string& owner) {
+  if (name.empty()) return;
+  std::string known;
+  for (const BackendPtr& backend : backends) {
+    if (backend->name() == name) return;
+    known += (known.empty() ? "" : ", ") + std::string(backend->name());
+  }
+  throw CLI::ValidationError("--backend", "unknown backend " + name + "; " + owner + " has " + known);
+}
+
 testing::BatchSpec to_batch_spec(const ProblemFlags& flags, bool allocate_tensors) {
   if (flags.batch + flags.contexts == 0) {
     throw CLI::ValidationError("--batch", "the batch is empty: give --batch or --contexts > 0");

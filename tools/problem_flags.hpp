@@ -28,6 +28,12 @@ struct ProblemFlags {
 };
 
 void add_problem_flags(CLI::App& app, ProblemFlags& flags);
+
+// An unknown --backend name is a bad flag value (CLI::ValidationError, exit 2);
+// a known backend that cannot run the batch is a failed run instead.
+// `owner` names where the backends come from ("this build", "profile trtllm").
+void require_known_backend(const std::string& name, const std::vector<BackendPtr>& backends,
+                           const std::string& owner);
 // Throws CLI::ValidationError naming the flag when a value is out of range.
 testing::BatchSpec to_batch_spec(const ProblemFlags& flags, bool allocate_tensors = true);
 // The phase shapes of the batch the flags describe, as the selector would see

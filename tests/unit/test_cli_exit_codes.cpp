@@ -49,4 +49,20 @@ TEST_F(Cli, ExplainWithTheCpuBackendDescribesHostTensors) {
   EXPECT_FALSE(has(o.output, " device\"")) << o.output;
 }
 
+TEST_F(Cli, AnUnknownBackendIsABadFlagValue) {
+  Outcome o = helixmla("explain --backend bogus --heads 16 --kv-len 256");
+  EXPECT_EQ(o.code, 2) << o.output;
+  EXPECT_TRUE(has(o.output, "unknown backend bogus; this build has cpu")) << o.output;
+
+  // A profile's backends are the known names there; the built-in ones are not.
+  o = helixmla("explain --profile trtllm --arch sm100 --backend cpu --heads 16 --kv-len 256");
+  EXPECT_EQ(o.code, 2) << o.output;
+  EXPECT_TRUE(has(o.output, "unknown backend cpu; profile trtllm has cute_dsl, flashinfer_trtllm_gen, fallback"))
+      << o.output;
+
+  o = helixmla("run --backend bogus --heads 16 --kv-len 256");
+  EXPECT_EQ(o.code, 2) << o.output;
+  EXPECT_TRUE(has(o.output, "unknown backend bogus")) << o.output;
+}
+
 }  // namespace
