@@ -3,6 +3,7 @@
 // the built-in backends or a profile's.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -35,6 +36,7 @@ struct PhaseVerdict {
   Decision decision;   // choice empty when no backend can run the phase
   std::string error;   // why not, when no choice was made
   bool fails_at_run = false;
+  bool outside_scope = false;  // a phase the profile does not describe
 };
 
 std::string phase_name(PhaseKind kind) { return kind == PhaseKind::context ? "context" : "generation"; }
@@ -79,6 +81,7 @@ nlohmann::json phase_json(const PhaseVerdict& v) {
   out["kernel"] = kernel.empty() ? nlohmann::json(nullptr) : nlohmann::json(kernel);
   out["fails_at_run"] = v.fails_at_run;
   out["error"] = v.error.empty() ? nlohmann::json(nullptr) : nlohmann::json(v.error);
+  out["outside_scope"] = v.outside_scope;
   out["candidates"] = candidates_json(d.candidates);
   return out;
 }
@@ -87,8 +90,10 @@ void explain(const ExplainFlags& flags) {
   const Environment env = explained_machine(flags.arch);
   std::vector<BackendPtr> backends;
   std::string source = "built-in backends";
+  std::vector<PhaseKind> scope = {PhaseKind::context, PhaseKind::generation};
   if (!flags.profile.empty()) {
     Profile profile = load_profile(flags.profile);
+    scope = profile.phases;
     source = fmt::format("profile {} ({})", profile.name, profile.origin);
     require_known_backend(flags.problem.backend, profile.backends, "profile " + profile.name);
     backends = std::move(profile.backends);
@@ -105,6 +110,15 @@ void explain(const ExplainFlags& flags) {
 
   std::vector<PhaseVerdict> verdicts;
   for (const PhaseShape& shape : phase_shapes(flags.problem, env, flags.cp)) {
+    if (std::find(scope.begin(), scope.end(), shape.phase) == scope.end()) {
+      // The profile says nothing about this phase (as `sweep --profile`
+      // skips it), so no backend choosing it is not a failure.
+      PhaseVerdict outside;
+      outside.decision.shape = shape;
+      outside.outside_scope = true;
+      verdicts.push_back(std::move(outside));
+      continue;
+    }
     verdicts.push_back(explain_phase(selector, shape, flags.problem.backend));
   }
   bool failed = false;
@@ -122,7 +136,12 @@ void explain(const ExplainFlags& flags) {
   } else {
     std::cout << fmt::format("{} on {} (NVRTC {})\n", source, to_string(env.arch), env.nvrtc ? "yes" : "no");
     for (const PhaseVerdict& v : verdicts) {
-      std::cout << "\nphase " << phase_name(v.decision.shape.phase) << "\n" << v.decision.trace();
+      std::cout << "\nphase " << phase_name(v.decision.shape.phase) << "\n";
+      if (v.outside_scope) {
+        std::cout << "shape: " << describe(v.decision.shape) << "\noutside the profile's scope: not explained\n";
+        continue;
+      }
+      std::cout << v.decision.trace();
       if (!v.error.empty()) std::cout << "error: " << v.error << "\n";
       if (v.fails_at_run) {
         std::cout << fmt::format(
@@ -141,7 +160,8 @@ void add_explain_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "explain",
       "Show every backend's verdict on each phase of a batch and the selector's choice. Exit 0 when every "
-      "phase has a backend, 1 when one has none (or the chosen profile backend fails at run time), 2 for bad flags.");
+      "phase has a backend, 1 when one has none (or the chosen profile backend fails at run time), 2 for bad flags. "
+      "With --profile, phases outside the profile's scope are shown as such and do not fail.");
   add_problem_flags(*cmd, flags->problem);
   cmd->add_option("--arch", flags->arch,
                   "GPU architecture to explain for (none, sm80, sm86, sm89, sm90, sm100, sm103, sm120); default: this "
@@ -159,7 +179,7 @@ void add_explain_command(CLI::App& app) {
                   "Measured performance table (JSON) to choose among capable backends; default "
                   "$HELIXMLA_PERF_TABLE for built-in backends");
   cmd->add_flag("--json", flags->json,
-                "Print JSON: phase, shape, choice, rule, kernel, fails_at_run, error, candidates[] (backend, "
+                "Print JSON: phase, shape, choice, rule, kernel, fails_at_run, error, outside_scope, candidates[] (backend, "
                 "available, capable, reason, kernel, measured_us); the top level is the generation phase and "
                 "\"phases\" lists every phase");
   cmd->callback([flags] { explain(*flags); });

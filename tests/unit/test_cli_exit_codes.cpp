@@ -65,4 +65,21 @@ TEST_F(Cli, AnUnknownBackendIsABadFlagValue) {
   EXPECT_TRUE(has(o.output, "unknown backend bogus")) << o.output;
 }
 
+// `sweep --profile` skips phases outside the profile's scope; `explain` shows
+// them as such instead of failing for want of a backend.
+TEST_F(Cli, ExplainShowsPhasesOutsideTheProfileScopeWithoutFailing) {
+  const std::string batch =
+      "explain --profile trtllm --arch sm100 --cp 2 --q-len 2 --contexts 2 --heads 24 --kv-len 256 --batch 2";
+  Outcome o = helixmla(batch);
+  EXPECT_EQ(o.code, 0) << o.output;
+  EXPECT_TRUE(has(o.output, "phase context\nshape: context")) << o.output;
+  EXPECT_TRUE(has(o.output, "outside the profile's scope")) << o.output;
+  EXPECT_TRUE(has(o.output, "phase generation")) << o.output;
+
+  o = helixmla(batch + " --json");
+  EXPECT_EQ(o.code, 0) << o.output;
+  EXPECT_TRUE(has(o.output, "\"outside_scope\": true")) << o.output;
+  EXPECT_TRUE(has(o.output, "\"outside_scope\": false")) << o.output;
+}
+
 }  // namespace
