@@ -37,6 +37,8 @@ struct RunFlags {
   HelixRunOptions helix;
 };
 
+constexpr double kStatsTolerance = 1e-2;
+
 double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   return values[values.size() / 2];
@@ -99,22 +101,40 @@ int run_single(const RunFlags& flags) {
   const testing::NaiveResult expected = testing::naive_attention(batch.problem());
   const testing::Comparison error = testing::compare(batch.out_.data(), batch.spec().q_dtype, expected.out);
   const double tolerance = batch.spec().kv_dtype == DType::fp8_e4m3 ? 3e-2 : 1e-2;
-  const bool pass = error.within(tolerance);
+  const bool stats = batch.spec().stats;
+  const testing::StatsComparison stats_error =
+      stats ? testing::compare_stats(batch.stats_, expected.stats) : testing::StatsComparison{};
+  const bool stats_ok = stats_error.within(kStatsTolerance);
+  const bool pass = error.within(tolerance) && stats_ok;
 
   if (flags.json) {
     nlohmann::json out = {{"backend", backend},         {"time_us", time_us},
                           {"max_abs_err", error.max_abs_err}, {"rel_l2_err", error.rel_l2_err},
                           {"non_finite", error.non_finite},   {"pass", pass},
                           {"device", on_device ? "cuda" : "cpu"}, {"tokens", batch.num_tokens()}};
+    if (stats) {
+      out["stats_ok"] = stats_ok;
+      out["stats_max_m_err"] = stats_error.max_m_err;
+      out["stats_max_l_rel_err"] = stats_error.max_l_rel_err;
+      out["stats_non_finite"] = stats_error.non_finite;
+      out["stats_empty_mismatches"] = stats_error.empty_mismatches;
+    }
     std::cout << out.dump() << "\n";
   } else {
     const auto& spec = batch.spec();
     std::cout << fmt::format("helixmla run: {} heads, {} generations x q_len {}, {} contexts, page {}, kv {} on {}\n",
                              spec.heads, spec.generations, spec.q_len, spec.contexts, spec.page_size,
                              to_string(spec.kv_dtype), on_device ? "the GPU" : "the CPU");
-    std::cout << fmt::format("{:<40} {:>12} {:>12} {:>12}\n", "backend", "time_us", "max_abs_err", "rel_l2_err");
-    std::cout << fmt::format("{:<40} {:>12.1f} {:>12.3e} {:>12.3e}\n", backend, time_us, error.max_abs_err,
-                             error.rel_l2_err);
+    std::cout << fmt::format("{:<40} {:>12} {:>12} {:>12}{}\n", "backend", "time_us", "max_abs_err", "rel_l2_err",
+                             stats ? fmt::format(" {:>12} {:>12}", "stats_m_err", "stats_l_err") : "");
+    std::cout << fmt::format("{:<40} {:>12.1f} {:>12.3e} {:>12.3e}{}\n", backend, time_us, error.max_abs_err,
+                             error.rel_l2_err,
+                             stats ? fmt::format(" {:>12.3e} {:>12.3e}", stats_error.max_m_err, stats_error.max_l_rel_err)
+                                   : "");
+    if (stats && !stats_ok) {
+      std::cout << fmt::format("stats: FAIL ({} non-finite, {} empty rows not reproduced; tolerance {:.0e})\n",
+                               stats_error.non_finite, stats_error.empty_mismatches, kStatsTolerance);
+    }
     std::cout << fmt::format("result: {} (relative L2 tolerance {:.0e}{})\n", pass ? "PASS" : "FAIL", tolerance,
                              error.non_finite ? fmt::format(", {} non-finite outputs", error.non_finite) : "");
   }

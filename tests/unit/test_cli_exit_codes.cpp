@@ -82,4 +82,21 @@ TEST_F(Cli, ExplainShowsPhasesOutsideTheProfileScopeWithoutFailing) {
   EXPECT_TRUE(has(o.output, "\"outside_scope\": false")) << o.output;
 }
 
+// With --stats the softmax statistics are checked too, not only the output.
+TEST_F(Cli, RunChecksTheStatsItWasAskedFor) {
+  Outcome o = helixmla("run --backend cpu --stats --heads 8 --kv-len 100 --batch 2 --contexts 1 --repeat 1 --json");
+  EXPECT_EQ(o.code, 0) << o.output;
+  EXPECT_TRUE(has(o.output, "\"stats_ok\":true")) << o.output;
+  EXPECT_TRUE(has(o.output, "\"stats_max_m_err\":")) << o.output;
+  EXPECT_TRUE(has(o.output, "\"stats_max_l_rel_err\":")) << o.output;
+
+  o = helixmla("run --backend cpu --stats --heads 8 --kv-len 100 --batch 2 --repeat 1");
+  EXPECT_EQ(o.code, 0) << o.output;
+  EXPECT_TRUE(has(o.output, "stats_m_err")) << o.output;
+
+  o = helixmla("run --backend cpu --heads 8 --kv-len 100 --batch 2 --repeat 1 --json");
+  EXPECT_EQ(o.code, 0) << o.output;
+  EXPECT_FALSE(has(o.output, "stats_ok")) << o.output;
+}
+
 }  // namespace
