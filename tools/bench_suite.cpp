@@ -1,6 +1,9 @@
 #include "bench_suite.hpp"
 
+#include <fmt/format.h>
+
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "helixmla/error.hpp"
@@ -33,6 +36,7 @@ std::vector<BenchCase> load_suite(const std::string& path) {
   std::ifstream file(path);
   if (!file) throw InvalidArgument("--suite", -1, path, "cannot open the file");
   std::vector<BenchCase> cases;
+  std::map<int, std::int64_t> line_of_id;
   std::string line;
   std::int64_t number = 0;
   while (std::getline(file, line)) {
@@ -42,6 +46,9 @@ std::vector<BenchCase> load_suite(const std::string& path) {
     if (f.size() < 7) throw InvalidArgument("suite line", number, line, "expected 7 or 8 comma-separated columns");
     BenchCase c;
     c.id = parse_int(f[0], "case", number);
+    if (const auto [first, added] = line_of_id.emplace(c.id, number); !added) {
+      throw InvalidArgument("case", number, f[0], fmt::format("duplicate case id; first on line {}", first->second));
+    }
     c.heads = parse_int(f[1], "heads", number);
     c.q_len = parse_int(f[2], "q_len", number);
     c.batch = parse_int(f[3], "batch", number);

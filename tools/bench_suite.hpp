@@ -20,7 +20,8 @@ struct BenchCase {
   std::string note;
 };
 
-// Throws InvalidArgument naming the line and column on malformed input.
+// Throws InvalidArgument naming the line and column on malformed input or a
+// repeated case id.
 std::vector<BenchCase> load_suite(const std::string& path);
 testing::BatchSpec batch_spec_of(const BenchCase& c, std::uint64_t seed);
 

@@ -3,6 +3,7 @@
 // the same run (DESIGN §7), each case checked against the float64 reference.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -60,9 +61,25 @@ void write_plot(const std::string& path, const nlohmann::json& rows) {
   svg << "</svg>\n";
 }
 
-int run_bench(const BenchFlags& flags) {
-#if defined(HELIXMLA_WITH_CUDA)
+// The suite's cases that --cases names (all when it names none); an id the
+// suite lacks is a bad flag value rather than a case silently not run.
+std::vector<BenchCase> selected_cases(const BenchFlags& flags) {
   std::vector<BenchCase> cases = load_suite(flags.suite);
+  if (flags.cases.empty()) return cases;
+  for (int id : flags.cases) {
+    if (std::none_of(cases.begin(), cases.end(), [&](const BenchCase& c) { return c.id == id; })) {
+      throw CLI::ValidationError("--cases", fmt::format("case {} is not in the suite {}", id, flags.suite));
+    }
+  }
+  std::erase_if(cases, [&](const BenchCase& c) {
+    return std::find(flags.cases.begin(), flags.cases.end(), c.id) == flags.cases.end();
+  });
+  return cases;
+}
+
+int run_bench(const BenchFlags& flags) {
+  const std::vector<BenchCase> cases = selected_cases(flags);
+#if defined(HELIXMLA_WITH_CUDA)
   CaseRunner runner(flags.backend);
   std::cerr << "measuring the device's copy bandwidth and bf16 matrix rate...\n";
   const Ceilings ceilings = measure_ceilings(runner.stream());
@@ -74,7 +91,6 @@ int run_bench(const BenchFlags& flags) {
   nlohmann::json rows = nlohmann::json::array();
   bool all_ok = true;
   for (const BenchCase& c : cases) {
-    if (!flags.cases.empty() && std::find(flags.cases.begin(), flags.cases.end(), c.id) == flags.cases.end()) continue;
     std::cerr << fmt::format("case {} ({})...\n", c.id, c.note);
     const CaseResult r = runner.run(c, flags.iterations, flags.graphs, flags.verify);
     const CaseCost cost = cost_of(c);
@@ -103,7 +119,7 @@ int run_bench(const BenchFlags& flags) {
   if (!flags.plot_path.empty()) write_plot(flags.plot_path, rows);
   return all_ok ? 0 : 1;
 #else
-  (void)flags;
+  (void)cases;
   std::cerr << "helixmla bench: this build has no CUDA backends; the suite is sized for a GPU\n";
   return 1;
 #endif

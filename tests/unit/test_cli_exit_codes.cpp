@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 namespace {
@@ -97,6 +98,22 @@ TEST_F(Cli, RunChecksTheStatsItWasAskedFor) {
   o = helixmla("run --backend cpu --heads 8 --kv-len 100 --batch 2 --repeat 1 --json");
   EXPECT_EQ(o.code, 0) << o.output;
   EXPECT_FALSE(has(o.output, "stats_ok")) << o.output;
+}
+
+TEST_F(Cli, BenchRejectsCasesTheSuiteLacksAndRepeatedIds) {
+  Outcome o = helixmla("bench --cases 1,99");
+  EXPECT_EQ(o.code, 2) << o.output;
+  EXPECT_TRUE(has(o.output, "case 99 is not in the suite")) << o.output;
+
+  const std::filesystem::path suite = std::filesystem::temp_directory_path() / "helixmla-duplicate-ids.csv";
+  std::ofstream(suite) << "case,heads,q_len,batch,kv_len,page_size,kv_dtype,note\n"
+                       << "3,16,1,2,256,64,bf16,first\n"
+                       << "4,16,1,2,256,64,bf16,other\n"
+                       << "3,32,1,2,256,64,bf16,again\n";
+  o = helixmla("bench --suite " + suite.string());
+  std::filesystem::remove(suite);
+  EXPECT_EQ(o.code, 2) << o.output;
+  EXPECT_TRUE(has(o.output, "case[4] = 3: duplicate case id; first on line 2")) << o.output;
 }
 
 }  // namespace
