@@ -101,7 +101,7 @@ Problem SyntheticBatch::problem() {
   p.kv.num_pages = num_pages_;
   p.kv.page_size = spec_.page_size;
   p.kv.dtype = spec_.kv_dtype;
-  p.kv.scale = spec_.kv_dtype == DType::fp8_e4m3 ? spec_.kv_scale : 1.0f;
+  p.kv.scale = spec_.kv_scale;
   p.num_contexts = spec_.contexts;
   p.q_len = q_len_;
   p.kv_len = kv_len_;

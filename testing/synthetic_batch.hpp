@@ -22,7 +22,7 @@ struct BatchSpec {
   std::int32_t page_size = 64;
   DType kv_dtype = DType::bf16;
   DType q_dtype = DType::bf16;
-  float kv_scale = 1.0f;                       // fp8 KV: value = stored * kv_scale
+  float kv_scale = 1.0f;                       // value = stored * kv_scale (fp8 stores value / kv_scale)
   bool stats = false;
   std::int32_t spare_pages = 3;                // pool pages no request uses
   std::uint64_t seed = 1;

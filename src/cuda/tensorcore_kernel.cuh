@@ -87,7 +87,7 @@ struct Params {
   int page_table_stride;
   int heads;
   float scale_log2;  // softmax scale * KV scale * log2(e)
-  float out_scale;   // KV scale (1 for 16-bit KV)
+  float out_scale;   // KV scale
 };
 
 // Per-(M, KV kind, engine) tuning and the shared-memory map. Offsets up to

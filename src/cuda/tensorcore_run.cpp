@@ -2,6 +2,7 @@
 
 #include <cuda.h>
 #include <cuda_runtime.h>
+#include <fmt/format.h>
 
 #include <cmath>
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <string>
 
 #include "cuda/cuda_check.hpp"
+#include "cuda/device_guard.hpp"
 #include "cuda/pinned_staging.hpp"
 #include "cuda/split_combine.hpp"
 #include "cuda/tensorcore_jit.hpp"
@@ -45,9 +47,18 @@ Kernel kernel_for(const TensorcoreVariant& variant) {
   return k;
 }
 
+// The kernel's 16-byte cp.async loads, 4-byte output stores and 8-byte stats
+// stores need aligned tensors; a misaligned access would poison the context.
+void require_alignment(const char* field, const void* pointer, std::size_t alignment) {
+  if (reinterpret_cast<std::uintptr_t>(pointer) % alignment != 0) {
+    throw InvalidArgument(field, -1, fmt::format("{}", pointer),
+                          fmt::format("cuda_tensorcore needs {}-byte alignment", alignment));
+  }
+}
+
 class TensorcoreRun final : public PreparedRun {
  public:
-  explicit TensorcoreRun(std::size_t staging_bytes) : staging_(staging_bytes) {}
+  TensorcoreRun(int device, std::size_t staging_bytes) : device_(device), staging_(staging_bytes) {}
   TensorcoreRun(const TensorcoreRun&) = delete;
   TensorcoreRun& operator=(const TensorcoreRun&) = delete;
   ~TensorcoreRun() override {
@@ -70,6 +81,7 @@ class TensorcoreRun final : public PreparedRun {
   }
 
   void enqueue(void* stream) override {
+    DeviceGuard guard(device_);
     auto s = static_cast<cudaStream_t>(stream);
     void* args[] = {&params_};
     if (kernel_.stub) {
@@ -82,6 +94,7 @@ class TensorcoreRun final : public PreparedRun {
   }
 
  private:
+  int device_;
   Kernel kernel_;
   helixmla_tc::Params params_{};
   unsigned blocks_ = 0;
@@ -116,6 +129,11 @@ std::size_t tensorcore_workspace_bytes(const Problem& phase, const TensorcoreVar
 
 std::unique_ptr<PreparedRun> prepare_tensorcore(const Problem& phase, const TensorcoreVariant& variant,
                                                 Workspace workspace, void* stream) {
+  DeviceGuard guard(phase.location.device);
+  require_alignment("q", phase.q, 16);
+  require_alignment("kv.pool", phase.kv.pool, 16);
+  require_alignment("out", phase.out, 4);
+  if (phase.stats.present()) require_alignment("stats.data", phase.stats.data, 8);
   const TensorcorePlan plan = plan_tensorcore(phase, variant.rows, parallel_blocks(phase, variant));
   if (workspace.data && workspace.bytes < plan.workspace_bytes) {
     throw InvalidArgument("workspace.bytes", -1, std::to_string(workspace.bytes),
@@ -126,7 +144,7 @@ std::unique_ptr<PreparedRun> prepare_tensorcore(const Problem& phase, const Tens
     throw InvalidArgument("workspace.data", -1, "misaligned", "must be 16-byte aligned");
   }
   const Kernel kernel = kernel_for(variant);
-  auto run = std::make_unique<TensorcoreRun>(plan.metadata_bytes);
+  auto run = std::make_unique<TensorcoreRun>(phase.location.device, plan.metadata_bytes);
   auto* base = static_cast<unsigned char*>(
       workspace.data ? workspace.data : run->own_workspace(plan.workspace_bytes));
 
@@ -144,7 +162,7 @@ std::unique_ptr<PreparedRun> prepare_tensorcore(const Problem& phase, const Tens
   params.partial_stats = reinterpret_cast<float*>(base + plan.partial_stats_offset);
   params.page_table_stride = phase.page_table_stride;
   params.heads = phase.num_heads;
-  const double kv_scale = phase.kv.dtype == DType::fp8_e4m3 ? phase.kv.scale : 1.0;
+  const double kv_scale = phase.kv.scale;  // dequantisation scale of every KV dtype
   params.scale_log2 = static_cast<float>(phase.softmax_scale * kv_scale * M_LOG2E);
   params.out_scale = static_cast<float>(kv_scale);
 

@@ -164,6 +164,17 @@ INSTANTIATE_TEST_SUITE_P(PagesAndKv, TensorcoreSweep,
                          ::testing::Combine(::testing::Values(DType::bf16, DType::fp8_e4m3),
                                             ::testing::Values(1, 16, 32, 64, 128)));
 
+// The KV scale dequantises every KV dtype, not only fp8.
+TEST(TensorcoreScale, SixteenBitKvScaleIsApplied) {
+  SKIP_WITHOUT_TENSORCORE();
+  for (std::int32_t heads : {16, 48, 128}) {
+    BatchSpec spec = decode_spec(heads, 1, 64, DType::bf16);
+    spec.kv_scale = 0.5f;
+    SyntheticBatch host(spec);
+    expect_parity(host, label_of(spec) + " kv_scale 0.5");
+  }
+}
+
 TEST(TensorcoreJit, PageSizesOutsideThePrecompiledSetRun) {
   SKIP_WITHOUT_TENSORCORE();
   if (!Environment::detect().nvrtc) GTEST_SKIP() << "no NVRTC";
