@@ -11,6 +11,7 @@
 #include <string>
 
 #include "cuda/cuda_check.hpp"
+#include "cuda/device_guard.hpp"
 #include "cuda/generic_kernel.cuh"
 #include "cuda/generic_work_plan.hpp"
 #include "cuda/pinned_staging.hpp"
@@ -74,24 +75,6 @@ class GenericCatalog final : public KernelCatalog {
     if (chosen) *chosen = {name, true};
     return Verdict::yes(name);
   }
-};
-
-// Makes `device` current for the lifetime of the guard.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    HELIXMLA_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != device) HELIXMLA_CUDA_CHECK(cudaSetDevice(device));
-  }
-  ~DeviceGuard() {
-    int current = previous_;
-    if (cudaGetDevice(&current) == cudaSuccess && current != previous_) cudaSetDevice(previous_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = 0;
 };
 
 void require_alignment(const char* field, const void* pointer, std::size_t alignment) {

@@ -3,6 +3,7 @@
 // or compiled just in time.
 #include "cuda/tensorcore_backend.hpp"
 
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -41,6 +42,11 @@ Verdict check_shape(const PhaseShape& s) {
     return Verdict::no("generation q_len " + std::to_string(s.q_len) + " outside 1..16");
   }
   if (s.mask != MaskKind::linear) return Verdict::no("only the linear verify-group mask");
+  // Rows of one request (q_len x heads) are counted in int32 by the plan and the kernel.
+  if (static_cast<std::int64_t>(s.max_q_len) * s.num_heads > std::numeric_limits<std::int32_t>::max()) {
+    return Verdict::no("q_len x heads of one request exceeds int32 (" + std::to_string(s.max_q_len) + " x " +
+                       std::to_string(s.num_heads) + ")");
+  }
   if (s.beam_width != 1) return Verdict::no("beam width must be 1");
   if (s.has_stats && !s.stats_fp32_contiguous) {
     return Verdict::no("stats must be float32 [tokens, heads, 2]");
