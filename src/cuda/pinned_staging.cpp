@@ -29,14 +29,17 @@ class StagingPool {
       std::lock_guard lock(mutex_);
       for (std::size_t i = 0; i < free_.size(); ++i) {
         PooledBuffer& b = free_[i];
-        if (b.device == device && b.capacity >= bytes && cudaEventQuery(b.copied) == cudaSuccess) {
+        if (b.device != device || b.capacity < bytes) continue;
+        if (cudaEventQuery(b.copied) == cudaSuccess) {
           PooledBuffer taken = b;
           free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(i));
           return taken;
         }
+        // A copy still in flight answers cudaErrorNotReady; clear only that,
+        // never an error the caller has yet to see.
+        if (cudaPeekAtLastError() == cudaErrorNotReady) cudaGetLastError();
       }
     }
-    cudaGetLastError();  // a cudaErrorNotReady from the queries above is not an error
     PooledBuffer fresh;
     fresh.device = device;
     fresh.capacity = std::max<std::size_t>(bytes, 4096);
