@@ -136,9 +136,14 @@ class NcclExchange final : public Exchange {
     config.blocking = 0;
     const auto deadline = Clock::now() + options_.timeout;
     std::string failure;
+    // Nothing between ncclGroupStart and ncclGroupEnd may throw: a group left
+    // open swallows every later NCCL call of this thread.
     ncclGroupStart();
-    for (std::size_t i = 0; i < ranks_.size(); ++i) {
-      HELIXMLA_CUDA_CHECK(cudaSetDevice(devices_[i]));
+    for (std::size_t i = 0; i < ranks_.size() && failure.empty(); ++i) {
+      if (const cudaError_t e = cudaSetDevice(devices_[i]); e != cudaSuccess) {
+        failure = "cudaSetDevice(" + std::to_string(devices_[i]) + "): " + cudaGetErrorString(e);
+        break;
+      }
       const ncclResult_t r = ncclCommInitRankConfig(&comms_[i], size_, id, ranks_[i], &config);
       if (r != ncclSuccess && r != ncclInProgress && failure.empty()) {
         failure = "ncclCommInitRankConfig(rank " + std::to_string(ranks_[i]) +
@@ -171,9 +176,13 @@ class NcclExchange final : public Exchange {
                   std::to_string(peer) + "): " + nccl_message(r, nullptr);
       }
     };
+    // Resolved before the group opens: nothing inside it may throw.
+    std::vector<ncclComm_t> comm_of;
+    for (const RankBuffers& b : ranks) comm_of.push_back(comms_[local_index(b.rank)]);
     ncclGroupStart();
-    for (const RankBuffers& b : ranks) {
-      const ncclComm_t comm = comms_[local_index(b.rank)];
+    for (std::size_t k = 0; k < ranks.size(); ++k) {
+      const RankBuffers& b = ranks[k];
+      const ncclComm_t comm = comm_of[k];
       const auto stream = static_cast<cudaStream_t>(b.stream);
       const auto* send = static_cast<const std::byte*>(b.send_partial);
       const auto* send_stats = reinterpret_cast<const std::byte*>(b.send_stats);
