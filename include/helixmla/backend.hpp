@@ -74,7 +74,12 @@ class KernelCatalog {
                                 KernelVariant* chosen = nullptr) const = 0;
 };
 
-// Scratch memory a prepared run may use; the size is a query on the backend.
+// Device memory a prepared run owns until it is destroyed: GPU backends keep
+// the run's uploaded metadata (work list, page table, bounds) and split-KV
+// partials there, so two live prepared runs (for example two captured graphs)
+// must not share one. The size is a query on the backend. Passing none makes
+// the run allocate its own, whose release (cudaFree) waits for the device:
+// engines that prepare every step should pass a workspace.
 struct Workspace {
   void* data = nullptr;
   std::size_t bytes = 0;
