@@ -42,6 +42,11 @@ std::string space_summary(const SweepSpace& s) {
   for (std::int32_t p : s.page_sizes) pages += (pages.empty() ? "" : ",") + std::to_string(p);
   std::string dtypes;
   for (DType d : s.kv_dtypes) dtypes += (dtypes.empty() ? "" : ",") + std::string(to_string(d));
+  if (std::find(s.kv_dtypes.begin(), s.kv_dtypes.end(), DType::fp8_e4m3) != s.kv_dtypes.end()) {
+    std::string q;
+    for (DType d : s.fp8_q_dtypes) q += (q.empty() ? "" : ",") + std::string(to_string(d));
+    dtypes += " (fp8 with Q " + q + ")";
+  }
   const bool contexts = std::find(s.phases.begin(), s.phases.end(), PhaseKind::context) != s.phases.end();
   // Without context phases a mixed batch adds nothing: its generation part has the plain batch's shape.
   const char* batches = !contexts ? "generation phases" : (s.mixed_batches ? "plain and mixed batches" : "plain batches");

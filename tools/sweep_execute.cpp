@@ -125,8 +125,9 @@ int execute_sweep(const std::vector<BackendPtr>& backends, SweepSpace space, dou
     if (!point.decision) return;
     for (const Candidate& c : point.decision->candidates) {
       if (!c.capable || c.backend == "cpu") continue;
-      const std::string key = fmt::format("{} {} {} kv={} {} {}{}", c.backend, c.kernel, page_class(point.shape.page_size),
-                                          to_string(point.shape.kv_dtype), q_class(point.shape),
+      const std::string key = fmt::format("{} {} {} kv={} q={} {} {}{}", c.backend, c.kernel,
+                                          page_class(point.shape.page_size), to_string(point.shape.kv_dtype),
+                                          to_string(point.shape.q_dtype), q_class(point.shape),
                                           point.shape.helix ? "helix" : "plain", point.mixed ? " mixed" : "");
       if (cells.count(key)) continue;
       const bool jit = c.reason.find("JIT") != std::string::npos || c.reason.find("just in time") != std::string::npos ||

@@ -38,7 +38,9 @@ bool contains(const std::vector<PhaseKind>& phases, PhaseKind kind) {
   return std::find(phases.begin(), phases.end(), kind) != phases.end();
 }
 
-DType q_dtype_for(DType kv) { return kv == DType::fp16 ? DType::fp16 : DType::bf16; }
+std::vector<DType> q_dtypes_for(const SweepSpace& space, DType kv) {
+  return kv == DType::fp8_e4m3 ? space.fp8_q_dtypes : std::vector<DType>{kv};
+}
 
 std::int32_t next_power_of_two(std::int32_t v) {
   std::int32_t p = 1;
@@ -47,13 +49,13 @@ std::int32_t next_power_of_two(std::int32_t v) {
 }
 
 // The shape shape_of() derives for a phase of the batch this cell describes.
-PhaseShape cell_shape(const SweepSpace& space, Arch arch, PhaseKind phase, DType kv, bool helix,
+PhaseShape cell_shape(const SweepSpace& space, Arch arch, PhaseKind phase, DType kv, DType q, bool helix,
                       std::int32_t page, std::int32_t heads, std::int32_t q_len) {
   PhaseShape s;
   s.phase = phase;
   s.num_heads = heads;
   s.kv_dtype = kv;
-  s.q_dtype = s.out_dtype = q_dtype_for(kv);
+  s.q_dtype = s.out_dtype = q;
   s.page_size = page;
   if (phase == PhaseKind::generation) {
     s.q_len = q_len;
@@ -122,32 +124,36 @@ class ArchSweep {
     const bool want_generation = contains(space_.phases, PhaseKind::generation);
     std::size_t block = blocks_before;
     for (DType kv : space_.kv_dtypes) {
-      for (bool helix : space_.helix) {
-        for (std::size_t pi = 0; pi < space_.page_sizes.size(); ++pi) {
-          const std::int32_t page = space_.page_sizes[pi];
-          for (std::size_t hi = 0; hi < space_.heads.size(); ++hi) {
-            const std::int32_t heads = space_.heads[hi];
-            const PhaseShape context = cell_shape(space_, arch, PhaseKind::context, kv, helix, page, heads, 0);
-            const std::optional<Decision> context_choice =
-                want_context ? decide(context) : std::optional<Decision>();
-            if (!want_generation) {
-              if (want_context) emit(true, context, context_choice);
-              continue;
-            }
-            for (std::int32_t q_len : space_.q_lens) {
-              const PhaseShape generation =
-                  cell_shape(space_, arch, PhaseKind::generation, kv, helix, page, heads, q_len);
-              const std::optional<Decision> choice = decide(generation);
-              emit(false, generation, choice);
-              paint(kv, helix, q_len, hi, pi, choice);
-              if (want_context) {
-                emit(true, context, context_choice);
-                emit(true, generation, choice);
+      const std::vector<DType> q_dtypes = q_dtypes_for(space_, kv);
+      for (DType q : q_dtypes) {
+        const bool pictured = q == q_dtypes.front();
+        for (bool helix : space_.helix) {
+          for (std::size_t pi = 0; pi < space_.page_sizes.size(); ++pi) {
+            const std::int32_t page = space_.page_sizes[pi];
+            for (std::size_t hi = 0; hi < space_.heads.size(); ++hi) {
+              const std::int32_t heads = space_.heads[hi];
+              const PhaseShape context = cell_shape(space_, arch, PhaseKind::context, kv, q, helix, page, heads, 0);
+              const std::optional<Decision> context_choice =
+                  want_context ? decide(context) : std::optional<Decision>();
+              if (!want_generation) {
+                if (want_context) emit(true, context, context_choice);
+                continue;
+              }
+              for (std::int32_t q_len : space_.q_lens) {
+                const PhaseShape generation =
+                    cell_shape(space_, arch, PhaseKind::generation, kv, q, helix, page, heads, q_len);
+                const std::optional<Decision> choice = decide(generation);
+                emit(false, generation, choice);
+                if (pictured) paint(kv, helix, q_len, hi, pi, choice);
+                if (want_context) {
+                  emit(true, context, context_choice);
+                  emit(true, generation, choice);
+                }
               }
             }
           }
+          if (hooks_.progress) hooks_.progress(arch, static_cast<double>(++block) / static_cast<double>(blocks_total));
         }
-        if (hooks_.progress) hooks_.progress(arch, static_cast<double>(++block) / static_cast<double>(blocks_total));
       }
     }
     for (std::size_t i = 0; i < wins_.size(); ++i) {
@@ -214,7 +220,8 @@ class ArchSweep {
 SweepResult sweep(const std::vector<BackendPtr>& backends, const SweepSpace& space, const SweepHooks& hooks) {
   SweepResult result;
   result.space = space;
-  const std::size_t blocks_per_arch = space.kv_dtypes.size() * space.helix.size();
+  std::size_t blocks_per_arch = 0;
+  for (DType kv : space.kv_dtypes) blocks_per_arch += q_dtypes_for(space, kv).size() * space.helix.size();
   const std::size_t blocks_total = std::max<std::size_t>(1, blocks_per_arch * space.archs.size());
   for (std::size_t a = 0; a < space.archs.size(); ++a) {
     ArchSweep arch_sweep(backends, space, space.archs[a], result, hooks);

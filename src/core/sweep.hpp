@@ -21,6 +21,9 @@ struct SweepSpace {
   std::vector<std::int32_t> q_lens;      // default 1..16
   std::vector<std::int32_t> page_sizes{1, 2, 3, 4, 8, 16, 32, 48, 64, 96, 128, 256};
   std::vector<DType> kv_dtypes{DType::bf16, DType::fp16, DType::fp8_e4m3};
+  // Q (and output) types swept with an fp8 KV cache; a bf16 or fp16 cache
+  // fixes Q to its own type. The first is the one the pictures show.
+  std::vector<DType> fp8_q_dtypes{DType::bf16, DType::fp16};
   std::vector<bool> helix{false, true};
   bool mixed_batches = true;             // also batches with a context part before the generations
   std::vector<PhaseKind> phases{PhaseKind::context, PhaseKind::generation};  // phases selected

@@ -27,7 +27,8 @@ TEST(SweepTotality, BuiltinBackendsRunEveryShapeOnEveryArchitecture) {
   const SweepResult result = sweep(builtin_backends(), space);
 
   ASSERT_EQ(result.archs.size(), std::size(kAllArchs));
-  const std::int64_t per_arch = 128 * 16 * 12 * 3 * 2 * 3;  // plain, then a mixed batch's two phases
+  // KV/Q: bf16/bf16, fp16/fp16, fp8/bf16, fp8/fp16; plain, then a mixed batch's two phases.
+  const std::int64_t per_arch = 128 * 16 * 12 * 4 * 2 * 3;
   for (const SweepArch& arch : result.archs) {
     EXPECT_EQ(arch.points, per_arch) << to_string(arch.arch);
     EXPECT_EQ(arch.unroutable_points, 0) << to_string(arch.arch);
@@ -113,9 +114,11 @@ TEST(SweepTotality, CellShapesMatchShapeOfRealBatches) {
   SweepHooks hooks;
   hooks.visit = [&](const SweepPoint& p) { seen.emplace_back(p.mixed, p.shape); };
   sweep(builtin_backends(), space, hooks);
-  ASSERT_EQ(seen.size(), 3u);
+  ASSERT_EQ(seen.size(), 6u);  // bf16 and fp16 Q, each a plain batch and a mixed batch's two phases
+  EXPECT_EQ(seen[0].second.q_dtype, DType::bf16);
+  EXPECT_EQ(seen[3].second.q_dtype, DType::fp16);
 
-  for (const bool mixed : {false, true}) {
+  for (const auto& [mixed, shape] : seen) {
     testing::BatchSpec spec;
     spec.heads = 48;
     spec.generations = space.generations;
@@ -125,7 +128,7 @@ TEST(SweepTotality, CellShapesMatchShapeOfRealBatches) {
     spec.context_len = space.context_len;
     spec.page_size = 64;
     spec.kv_dtype = DType::fp8_e4m3;
-    spec.q_dtype = testing::default_q_dtype(spec.kv_dtype);
+    spec.q_dtype = shape.q_dtype;
     spec.allocate_tensors = false;
     testing::SyntheticBatch batch(spec);
     Problem whole = batch.problem();
@@ -134,11 +137,8 @@ TEST(SweepTotality, CellShapesMatchShapeOfRealBatches) {
     std::vector<float> stats(1);
     whole.stats = {stats.data(), DType::fp32, batch.num_tokens(), 48, 2};
     const PhasePlan plan = plan_phases(whole);
-    for (const auto& [was_mixed, shape] : seen) {
-      if (was_mixed != mixed) continue;
-      const Phase& phase = shape.phase == PhaseKind::context ? *plan.context : *plan.generation;
-      EXPECT_EQ(shape, shape_of(phase, whole)) << describe(shape) << "\nvs\n" << describe(shape_of(phase, whole));
-    }
+    const Phase& phase = shape.phase == PhaseKind::context ? *plan.context : *plan.generation;
+    EXPECT_EQ(shape, shape_of(phase, whole)) << describe(shape) << "\nvs\n" << describe(shape_of(phase, whole));
   }
 }
 
