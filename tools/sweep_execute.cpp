@@ -6,6 +6,7 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "helixmla/environment.hpp"
@@ -52,19 +53,23 @@ struct CellResult {
 };
 
 // A batch with the cell's shape and a few pages of KV; Helix cells get stats
-// and per-token bounds below the ordinary mask.
-CellResult execute_cell(const Backend& backend, const Cell& cell, cudaStream_t stream) {
+// and per-token bounds below the ordinary mask. The batch is built as the
+// sweep described it (its generation and context counts); a batch whose phase
+// shape differs from the swept one, or that the backend refuses, fails the
+// cell instead of running a shape nobody checked.
+CellResult execute_cell(const Backend& backend, const Cell& cell, const SweepSpace& space, const Environment& env,
+                        cudaStream_t stream) {
   testing::BatchSpec spec;
   spec.heads = cell.shape.num_heads;
   spec.kv_dtype = cell.shape.kv_dtype;
   spec.q_dtype = cell.shape.q_dtype;
   spec.kv_scale = spec.kv_dtype == DType::fp8_e4m3 ? 1.0f / 64.0f : 1.0f;
   spec.page_size = cell.shape.page_size;
-  spec.generations = cell.shape.phase == PhaseKind::generation || cell.mixed ? 2 : 0;
+  spec.generations = cell.shape.phase == PhaseKind::generation || cell.mixed ? space.generations : 0;
   spec.q_len = cell.shape.phase == PhaseKind::generation ? cell.shape.q_len : 1;
   spec.kv_len = {std::min(3 * spec.page_size + 17, 900) + spec.q_len, 2 * spec.page_size + 5 + spec.q_len};
-  spec.contexts = cell.mixed || cell.shape.phase == PhaseKind::context ? 2 : 0;
-  spec.context_len = 64;
+  spec.contexts = cell.mixed || cell.shape.phase == PhaseKind::context ? space.contexts : 0;
+  spec.context_len = space.context_len;
   spec.stats = cell.shape.helix || cell.shape.has_stats;
   spec.seed = std::hash<std::string>{}(cell.key);
   testing::SyntheticBatch host(spec);
@@ -83,7 +88,29 @@ CellResult execute_cell(const Backend& backend, const Cell& cell, cudaStream_t s
   }
   validate(problem);
   const PhasePlan plan = plan_phases(problem);
-  const Phase& phase = cell.shape.phase == PhaseKind::context ? *plan.context : *plan.generation;
+  const std::optional<Phase>& planned = cell.shape.phase == PhaseKind::context ? plan.context : plan.generation;
+  CellResult result;
+  if (!planned) {
+    result.error = "the executed batch has no phase of the swept kind";
+    return result;
+  }
+  const Phase& phase = *planned;
+  const PhaseShape actual = shape_of(phase, problem);
+  PhaseShape swept = cell.shape;
+  swept.on_device = true;  // executed cells always hold their tensors on the device
+  if (actual != swept) {
+    result.error = fmt::format("the executed batch's shape ({}) is not the swept cell's ({})", describe(actual),
+                               describe(swept));
+    return result;
+  }
+  if (const Verdict check = backend.check(actual); !check) {
+    result.error = "check refuses the executed shape: " + check.reason;
+    return result;
+  }
+  if (const Verdict kernel = backend.catalog().can_implement(actual, env, nullptr); !kernel) {
+    result.error = "no kernel for the executed shape: " + kernel.reason;
+    return result;
+  }
   auto run = backend.prepare(phase.problem, {}, stream);
   run->enqueue(stream);
   cuda_ok(cudaStreamSynchronize(stream), "sweep cell");
@@ -98,7 +125,6 @@ CellResult execute_cell(const Backend& backend, const Cell& cell, cudaStream_t s
   const std::vector<double> want(expected.out.begin() + row * rank, expected.out.begin() + (row + rows) * rank);
   const auto* got = host.out_.data() + row * rank * static_cast<std::int64_t>(dtype_size(spec.q_dtype));
   const testing::Comparison c = testing::compare(got, spec.q_dtype, want);
-  CellResult result;
   result.rel_l2 = c.rel_l2_err;
   result.pass = c.within(spec.kv_dtype == DType::fp8_e4m3 ? 3e-2 : 1e-2);
   if (spec.stats) {
@@ -154,7 +180,7 @@ int execute_sweep(const std::vector<BackendPtr>& backends, SweepSpace space, dou
     if (elapsed > max_seconds) break;
     CellResult r;
     try {
-      r = execute_cell(*by_name.at(cell->backend), *cell, stream);
+      r = execute_cell(*by_name.at(cell->backend), *cell, space, env, stream);
     } catch (const std::exception& e) {
       r.error = e.what();
     }
