@@ -38,7 +38,23 @@ double median(std::vector<double> values) {
   return values[values.size() / 2];
 }
 
+// Every named GPU must exist: a clear flag error instead of a CUDA failure later.
+void require_devices(const std::vector<int>& devices) {
+  int available = 0;
+#if defined(HELIXMLA_WITH_CUDA)
+  available = testing::cuda_device_count();
+#endif
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    if (devices[i] < 0 || devices[i] >= available) {
+      throw CLI::ValidationError("--devices", fmt::format("device {} at index {} does not exist: this machine has {} "
+                                                          "CUDA GPU(s)",
+                                                          devices[i], i, available));
+    }
+  }
+}
+
 dist::HelixMode choose_mode(const ProblemFlags& flags, int cp, const std::vector<int>& devices) {
+  require_devices(devices);
   if (devices.size() > 1) {
     if (static_cast<int>(devices.size()) != cp) {
       throw CLI::ValidationError("--devices", fmt::format("{} devices given for --cp {}: NCCL mode "
