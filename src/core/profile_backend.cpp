@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/shipped_data.hpp"
 #include "helixmla/error.hpp"
 #include "helixmla/profile.hpp"
 #include "helixmla/validate.hpp"
@@ -717,8 +718,7 @@ Profile load_profile_file(const std::string& path) {
 std::vector<std::string> profile_search_dirs() {
   std::vector<std::string> dirs;
   if (const char* dir = std::getenv("HELIXMLA_PROFILE_DIR"); dir && *dir) dirs.emplace_back(dir);
-  dirs.emplace_back(std::string(HELIXMLA_SOURCE_DIR) + "/profiles");
-  dirs.emplace_back(std::string(HELIXMLA_DATA_DIR) + "/profiles");
+  for (const std::string& root : shipped_data_roots()) dirs.push_back(root + "/profiles");
   return dirs;
 }
 

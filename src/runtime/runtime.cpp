@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <string>
 
+#include "core/shipped_data.hpp"
 #include "helixmla/error.hpp"
 #include "helixmla/planner.hpp"
 #include "helixmla/validate.hpp"
@@ -27,9 +28,9 @@ PerfTable load_perf_table(const RuntimeOptions& options, const Environment& env)
   }
   if (path.empty() && env.has_gpu()) {
     const std::string file = "perf/" + std::string(to_string(env.arch)) + ".json";
-    for (const std::string& dir : {std::string(HELIXMLA_SOURCE_DIR) + "/data", std::string(HELIXMLA_DATA_DIR) + "/data"}) {
-      if (std::filesystem::exists(dir + "/" + file)) {
-        path = dir + "/" + file;
+    for (const std::string& root : shipped_data_roots()) {
+      if (std::filesystem::exists(root + "/data/" + file)) {
+        path = root + "/data/" + file;
         break;
       }
     }
