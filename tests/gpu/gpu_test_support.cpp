@@ -1,5 +1,7 @@
 #include "gpu/gpu_test_support.hpp"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -18,11 +20,15 @@ namespace helixmla::testing {
 
 namespace {
 
+constexpr double kStatsTolerance = 1e-3;
+
+double tolerance_for(DType kv_dtype) { return kv_dtype == DType::fp8_e4m3 ? 3e-2 : 1e-2; }
+
+}  // namespace
+
 void check_cuda(cudaError_t status, const char* what) {
   if (status != cudaSuccess) throw RuntimeFailure(std::string(what) + ": " + cudaGetErrorString(status));
 }
-
-}  // namespace
 
 TestStream::TestStream() { check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream"); }
 TestStream::~TestStream() {
@@ -30,27 +36,50 @@ TestStream::~TestStream() {
 }
 void TestStream::synchronize() const { check_cuda(cudaStreamSynchronize(stream_), "stream synchronize"); }
 
-int run_backend_phases(const Backend& backend, const Problem& device_problem, cudaStream_t stream) {
+std::vector<ClaimedPhase> claim_phases(const Backend& backend, const Problem& device_problem, const Environment& env) {
   validate(device_problem);
   const PhasePlan plan = plan_phases(device_problem);
-  std::vector<std::unique_ptr<PreparedRun>> runs;
+  std::vector<ClaimedPhase> phases;
   for (const std::optional<Phase>* phase : {&plan.context, &plan.generation}) {
     if (!phase->has_value()) continue;
-    const PhaseShape shape = shape_of(**phase, device_problem);
-    if (const Verdict verdict = backend.check(shape); !verdict) {
-      throw std::runtime_error(std::string(backend.name()) + " check refused " + describe(shape) + ": " +
+    ClaimedPhase claimed{(*phase)->problem, shape_of(**phase, device_problem), {}};
+    if (const Verdict verdict = backend.check(claimed.shape); !verdict) {
+      throw std::runtime_error(std::string(backend.name()) + " check refused " + describe(claimed.shape) + ": " +
                                verdict.reason);
     }
-    if (const Verdict verdict = backend.catalog().can_implement(shape, Environment{}); !verdict) {
-      throw std::runtime_error(std::string(backend.name()) + " catalog refused " + describe(shape) + ": " +
+    if (const Verdict verdict = backend.catalog().can_implement(claimed.shape, env, &claimed.kernel); !verdict) {
+      throw std::runtime_error(std::string(backend.name()) + " catalog refused " + describe(claimed.shape) + ": " +
                                verdict.reason);
     }
-    runs.push_back(backend.prepare((*phase)->problem, Workspace{}, stream));
+    phases.push_back(claimed);
+  }
+  return phases;
+}
+
+int run_backend_phases(const Backend& backend, const Problem& device_problem, cudaStream_t stream) {
+  std::vector<std::unique_ptr<PreparedRun>> runs;
+  for (const ClaimedPhase& phase : claim_phases(backend, device_problem, Environment{})) {
+    runs.push_back(backend.prepare(phase.problem, Workspace{}, stream));
     runs.back()->enqueue(stream);
   }
   check_cuda(cudaStreamSynchronize(stream), "run synchronize");
   return static_cast<int>(runs.size());
 }
 
+void expect_matches_reference(SyntheticBatch& host, const std::string& label, const HelixSettings& helix) {
+  Problem problem = host.problem();
+  problem.helix = helix;
+  const NaiveResult reference = parallel_naive_attention(problem);
+  const Comparison out = compare(host.out_.data(), problem.out_dtype, reference.out);
+  EXPECT_TRUE(out.within(tolerance_for(problem.kv.dtype)))
+      << label << ": rel L2 " << out.rel_l2_err << ", max abs " << out.max_abs_err << ", non-finite "
+      << out.non_finite;
+  if (problem.stats.present()) {
+    const StatsComparison stats = compare_stats(host.stats_, reference.stats);
+    EXPECT_TRUE(stats.within(kStatsTolerance))
+        << label << ": stats m err " << stats.max_m_err << ", l rel err " << stats.max_l_rel_err
+        << ", empty mismatches " << stats.empty_mismatches << ", non-finite " << stats.non_finite;
+  }
+}
 
 }  // namespace helixmla::testing

@@ -1,17 +1,24 @@
-// Helpers shared by the GPU tests: a stream, and running a backend over every
-// phase of a batch. The float64 reference and the comparisons live in testing/.
+// Helpers shared by the GPU tests: a stream, running a backend over every
+// phase of a batch, and the comparison of a run with the float64 reference
+// that both backends' parity tests make. The reference and the metrics
+// themselves live in testing/.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "helixmla/backend.hpp"
 #include "compare.hpp"
 #include "parallel_naive_attention.hpp"
+#include "synthetic_batch.hpp"
 
 namespace helixmla::testing {
+
+// Throws RuntimeFailure naming `what` unless `status` is cudaSuccess.
+void check_cuda(cudaError_t status, const char* what);
 
 // Owning CUDA stream (non-blocking), so tests do not rely on the legacy
 // default stream's implicit synchronisation.
@@ -28,10 +35,25 @@ class TestStream {
   cudaStream_t stream_ = nullptr;
 };
 
-// Validates the device problem, splits it with plan_phases, checks that
-// `backend` is capable of each phase (throws otherwise), prepares and
-// enqueues each on `stream` and waits. Returns the number of phases run.
+struct ClaimedPhase {
+  Problem problem;  // part-relative view of the batch (plan_phases)
+  PhaseShape shape;
+  KernelVariant kernel;  // the catalog's choice
+};
+
+// Validates the device problem, splits it with plan_phases and checks that
+// `backend` is capable of each phase, by its check() and by its catalog for
+// `env`; throws otherwise.
+std::vector<ClaimedPhase> claim_phases(const Backend& backend, const Problem& device_problem, const Environment& env);
+
+// Claims every phase (with a default Environment), prepares and enqueues
+// each on `stream` and waits. Returns the number of phases run.
 int run_backend_phases(const Backend& backend, const Problem& device_problem, cudaStream_t stream);
 
+// Compares the outputs downloaded into `host` with the float64 attention of
+// its batch under `helix` (the Helix settings the run had): relative L2 within
+// 1e-2, 3e-2 for fp8 KV, and the statistics, when the batch has them, within
+// 1e-3.
+void expect_matches_reference(SyntheticBatch& host, const std::string& label, const HelixSettings& helix = {});
 
 }  // namespace helixmla::testing

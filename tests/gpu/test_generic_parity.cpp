@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "compare.hpp"
@@ -27,10 +28,6 @@
 namespace helixmla::testing {
 namespace {
 
-constexpr double kStatsTolerance = 1e-3;
-
-double tolerance_for(DType kv_dtype) { return kv_dtype == DType::fp8_e4m3 ? 3e-2 : 1e-2; }
-
 #define SKIP_WITHOUT_GPU() \
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"
 
@@ -46,19 +43,24 @@ void expect_parity(SyntheticBatch& host, const std::string& label, int expected_
   const int phases = run_backend_phases(*backend, device.problem(), stream.get());
   if (expected_phases > 0) EXPECT_EQ(phases, expected_phases) << label;
   device.download_outputs();
+  expect_matches_reference(host, label);
+}
 
-  const Problem problem = host.problem();
-  const NaiveResult reference = parallel_naive_attention(problem);
-  const Comparison out = compare(host.out_.data(), problem.out_dtype, reference.out);
-  EXPECT_TRUE(out.within(tolerance_for(problem.kv.dtype)))
-      << label << ": rel L2 " << out.rel_l2_err << ", max abs " << out.max_abs_err << ", non-finite "
-      << out.non_finite;
-  if (problem.stats.present()) {
-    const StatsComparison stats = compare_stats(host.stats_, reference.stats);
-    EXPECT_TRUE(stats.within(kStatsTolerance))
-        << label << ": stats m err " << stats.max_m_err << ", l rel err " << stats.max_l_rel_err
-        << ", empty mismatches " << stats.empty_mismatches << ", non-finite " << stats.non_finite;
-  }
+// Generations of `q_len` tokens over `kv_len`, KV stored with scale 0.05
+// whatever its dtype, statistics on.
+BatchSpec generic_spec(std::int32_t heads, std::int32_t page, std::int32_t q_len, std::vector<std::int32_t> kv_len,
+                       DType kv) {
+  BatchSpec spec;
+  spec.heads = heads;
+  spec.page_size = page;
+  spec.q_len = q_len;
+  spec.generations = static_cast<std::int32_t>(kv_len.size());
+  spec.kv_len = std::move(kv_len);
+  spec.kv_dtype = kv;
+  spec.q_dtype = default_q_dtype(kv);
+  spec.kv_scale = 0.05f;
+  spec.stats = true;
+  return spec;
 }
 
 // ---------------------------------------------------------------- sweep
@@ -92,19 +94,11 @@ class GenericParity : public ::testing::TestWithParam<SweepCase> {};
 TEST_P(GenericParity, MatchesReference) {
   SKIP_WITHOUT_GPU();
   const SweepCase& c = GetParam();
-  BatchSpec spec;
-  spec.heads = c.heads;
-  spec.page_size = c.page_size;
-  spec.q_len = c.q_len;
-  spec.kv_dtype = c.kv_dtype;
-  // fp8 KV runs with both query types across the sweep.
-  const bool fp16_queries = c.kv_dtype == DType::fp8_e4m3 && (c.page_size == 1 || c.page_size == 64);
-  spec.q_dtype = fp16_queries ? DType::fp16 : default_q_dtype(c.kv_dtype);
-  spec.kv_scale = 0.05f;
-  spec.generations = 3;
   // Odd lengths, a partial last page, and one exact multiple of the page.
-  spec.kv_len = {613, 3 * c.page_size + 37, 2 * c.page_size + 64};
-  spec.stats = true;
+  BatchSpec spec =
+      generic_spec(c.heads, c.page_size, c.q_len, {613, 3 * c.page_size + 37, 2 * c.page_size + 64}, c.kv_dtype);
+  // fp8 KV runs with both query types across the sweep.
+  if (c.kv_dtype == DType::fp8_e4m3 && (c.page_size == 1 || c.page_size == 64)) spec.q_dtype = DType::fp16;
   spec.seed = static_cast<std::uint64_t>(c.heads * 1000003 + c.page_size * 1009 + c.q_len * 31) +
               static_cast<std::uint64_t>(c.kv_dtype);
   SyntheticBatch host(spec);
@@ -123,18 +117,9 @@ TEST(GenericMixedBatch, ContextsAndGenerationsRunAsTwoPhases) {
   };
   for (const Mixed& m : {Mixed{16, 16, 301, 2, DType::bf16}, Mixed{128, 1, 77, 4, DType::fp8_e4m3},
                          Mixed{24, 64, 129, 1, DType::fp16}}) {
-    BatchSpec spec;
-    spec.heads = m.heads;
-    spec.page_size = m.page;
+    BatchSpec spec = generic_spec(m.heads, m.page, m.q_len, {300, 45, 129}, m.kv);
     spec.contexts = 2;
     spec.context_len = m.context_len;
-    spec.generations = 3;
-    spec.q_len = m.q_len;
-    spec.kv_len = {300, 45, 129};
-    spec.kv_dtype = m.kv;
-    spec.q_dtype = default_q_dtype(m.kv);
-    spec.kv_scale = 0.05f;
-    spec.stats = true;
     spec.seed = 7 + m.heads;
     SyntheticBatch host(spec);
     expect_parity(host, fmt::format("mixed H{} page{} ctx{}", m.heads, m.page, m.context_len), 2);
@@ -158,33 +143,23 @@ TEST(GenericHelix, BoundsReplaceTheMaskAndEmptyRowsAreExact) {
   // others need a split range, so the combine meets rows whose splits are all
   // empty.
   const std::vector<std::int32_t> bounds = {0, 0, 0, 10, 10, 64, 0, 1, 1, 0, 650, 700};
-  const auto with_bounds = [&](Problem p) {
-    p.helix.cp_size = 2;
-    p.helix.cp_rank = 1;
-    p.helix.token_kv_bounds = bounds;
-    return p;
-  };
   const BackendPtr backend = cuda::make_generic_backend();
   DeviceBatch device(host);
   TestStream stream;
   device.poison_outputs();
-  const Problem device_problem = with_bounds(device.problem());
+  Problem device_problem = device.problem();
+  device_problem.helix = {.cp_size = 2, .cp_rank = 1, .token_kv_bounds = bounds};
   EXPECT_GT(cuda::plan_generic_work(device_problem, cuda::device_sm_count(0)).max_splits, 1);
   run_backend_phases(*backend, device_problem, stream.get());
   device.download_outputs();
 
-  const Problem problem = with_bounds(host.problem());
-  const NaiveResult reference = parallel_naive_attention(problem);
-  const Comparison out = compare(host.out_.data(), problem.out_dtype, reference.out);
-  EXPECT_TRUE(out.within(1e-2)) << "rel L2 " << out.rel_l2_err << ", non-finite " << out.non_finite;
-  const StatsComparison stats = compare_stats(host.stats_, reference.stats);
-  EXPECT_TRUE(stats.within(kStatsTolerance)) << "m err " << stats.max_m_err << ", l err " << stats.max_l_rel_err
-                                             << ", empty mismatches " << stats.empty_mismatches;
-  const std::int64_t rank = problem.dims.kv_lora_rank;
+  expect_matches_reference(host, "helix bounds", device_problem.helix);
+  const std::int64_t rank = device_problem.dims.kv_lora_rank;
   for (std::int64_t token = 0; token < static_cast<std::int64_t>(bounds.size()); ++token) {
     if (bounds[token] != 0) continue;
     for (std::int64_t i = token * spec.heads * rank; i < (token + 1) * spec.heads * rank; ++i) {
-      ASSERT_EQ(load_as_float(host.out_.data(), problem.out_dtype, i), 0.0f) << "token " << token << " element " << i;
+      ASSERT_EQ(load_as_float(host.out_.data(), device_problem.out_dtype, i), 0.0f)
+          << "token " << token << " element " << i;
     }
     for (std::int64_t h = 0; h < spec.heads; ++h) {
       EXPECT_EQ(host.stats_[(token * spec.heads + h) * 2], -INFINITY);
@@ -194,16 +169,7 @@ TEST(GenericHelix, BoundsReplaceTheMaskAndEmptyRowsAreExact) {
 }
 
 SyntheticBatch long_request(std::int32_t heads, std::int32_t q_len, std::int32_t page, DType kv) {
-  BatchSpec spec;
-  spec.heads = heads;
-  spec.q_len = q_len;
-  spec.page_size = page;
-  spec.generations = 1;
-  spec.kv_len = {20000};
-  spec.kv_dtype = kv;
-  spec.q_dtype = default_q_dtype(kv);
-  spec.kv_scale = 0.05f;
-  spec.stats = true;
+  BatchSpec spec = generic_spec(heads, page, q_len, {20000}, kv);
   spec.seed = 2024 + heads;
   return SyntheticBatch(spec);
 }
@@ -229,17 +195,8 @@ TEST(GenericDims, NonDefaultLatentAndRopeWidths) {
     DType kv;
   };
   for (const Dims& d : {Dims{256, 64, DType::fp8_e4m3}, Dims{80, 16, DType::bf16}, Dims{512, 0, DType::fp16}}) {
-    BatchSpec spec;
+    BatchSpec spec = generic_spec(12, 16, 2, {201, 17, 999}, d.kv);
     spec.dims = {d.rank, d.rope};
-    spec.heads = 12;
-    spec.page_size = 16;
-    spec.q_len = 2;
-    spec.generations = 3;
-    spec.kv_len = {201, 17, 999};
-    spec.kv_dtype = d.kv;
-    spec.q_dtype = default_q_dtype(d.kv);
-    spec.kv_scale = 0.05f;
-    spec.stats = true;
     SyntheticBatch host(spec);
     expect_parity(host, fmt::format("dims {}+{}", d.rank, d.rope), 1);
   }
@@ -256,17 +213,7 @@ TEST(GenericSanitize, SmallShapes) {
   };
   for (const Small& s : {Small{3, 1, 4, {37, 5}, DType::bf16}, Small{48, 16, 1, {700}, DType::fp8_e4m3},
                          Small{5, 7, 2, {2, 333}, DType::fp16}, Small{2, 5, 16, {40, 16}, DType::fp8_e4m3}}) {
-    BatchSpec spec;
-    spec.heads = s.heads;
-    spec.page_size = s.page;
-    spec.q_len = s.q_len;
-    spec.generations = static_cast<std::int32_t>(s.kv_len.size());
-    spec.kv_len = s.kv_len;
-    spec.kv_dtype = s.kv;
-    spec.q_dtype = default_q_dtype(s.kv);
-    spec.kv_scale = 0.05f;
-    spec.stats = true;
-    SyntheticBatch host(spec);
+    SyntheticBatch host(generic_spec(s.heads, s.page, s.q_len, s.kv_len, s.kv));
     expect_parity(host, fmt::format("small H{} page{}", s.heads, s.page), 1);
   }
 }
@@ -302,10 +249,7 @@ TEST(GenericWorkspace, CallerWorkspaceWorksAndTooSmallIsRejected) {
   run->enqueue(stream.get());
   stream.synchronize();
   device.download_outputs();
-  const NaiveResult reference = parallel_naive_attention(host.problem());
-  const Comparison out = compare(host.out_.data(), DType::bf16, reference.out);
-  EXPECT_TRUE(out.within(1e-2)) << out.rel_l2_err;
-  EXPECT_TRUE(compare_stats(host.stats_, reference.stats).within(kStatsTolerance));
+  expect_matches_reference(host, "caller workspace");
 }
 
 TEST(GenericGraphReplay, CapturedEnqueueReplaysTwice) {
@@ -334,16 +278,12 @@ TEST(GenericGraphReplay, CapturedEnqueueReplaysTwice) {
   cudaGraphExec_t exec = nullptr;
   check_cuda(cudaGraphInstantiate(&exec, graph, 0));
 
-  const NaiveResult reference = parallel_naive_attention(host.problem());
   for (int replay = 0; replay < 2; ++replay) {
     device.poison_outputs();
     check_cuda(cudaGraphLaunch(exec, stream.get()));
     stream.synchronize();
     device.download_outputs();
-    const Comparison out = compare(host.out_.data(), DType::bf16, reference.out);
-    EXPECT_TRUE(out.within(1e-2)) << "replay " << replay << ": rel L2 " << out.rel_l2_err << ", non-finite "
-                                  << out.non_finite;
-    EXPECT_TRUE(compare_stats(host.stats_, reference.stats).within(kStatsTolerance)) << "replay " << replay;
+    expect_matches_reference(host, "replay " + std::to_string(replay));
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);

@@ -11,7 +11,6 @@
 #include <cstring>
 #include <limits>
 #include <optional>
-#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -21,11 +20,13 @@
 #include "dist/exchange.hpp"
 #include "dist/helix_driver.hpp"
 #include "helixmla/helix.hpp"
-#include "naive_attention.hpp"
+#include "support/helix_step.hpp"
 #include "synthetic_batch.hpp"
 
 namespace helixmla {
 namespace {
+
+using testing::HelixStepCase;
 
 #define SKIP_WITHOUT_GPU()                                              \
   do {                                                                  \
@@ -232,38 +233,21 @@ TEST(HelixGpu, PackAndInProcessDeviceExchangeMatchTheHost) {
   }
 }
 
-struct GpuCase {
-  std::string name;
-  std::int32_t cp = 2;
-  std::int32_t heads = 16;
-  std::int32_t generations = 3;
-  std::int32_t q_len = 1;
-  std::vector<std::int32_t> kv_len = {70};
-  std::int32_t contexts = 0;
-  std::int32_t page_size = 64;
-  DType kv_dtype = DType::bf16;
-};
+// Full MLA dims and 64-token pages unless a case says otherwise.
+HelixStepCase gpu_case() {
+  HelixStepCase c;
+  c.context_len = 70;
+  c.page_size = 64;
+  c.dims = MlaDims{};
+  return c;
+}
 
-void PrintTo(const GpuCase& c, std::ostream* os) { *os << c.name; }
-
-class HelixGpuStep : public ::testing::TestWithParam<GpuCase> {};
+class HelixGpuStep : public ::testing::TestWithParam<HelixStepCase> {};
 
 TEST_P(HelixGpuStep, MatchesTheUnsplitReference) {
   SKIP_WITHOUT_GPU();
-  const GpuCase& c = GetParam();
-  testing::BatchSpec spec;
-  spec.heads = c.heads;
-  spec.generations = c.generations;
-  spec.q_len = c.q_len;
-  spec.kv_len = c.kv_len;
-  spec.contexts = c.contexts;
-  spec.context_len = 70;
-  spec.page_size = c.page_size;
-  spec.kv_dtype = c.kv_dtype;
-  spec.q_dtype = testing::default_q_dtype(c.kv_dtype);
-  spec.kv_scale = c.kv_dtype == DType::fp8_e4m3 ? 1.0f / 64.0f : 1.0f;
-  spec.seed = 0x9e11 + c.cp;
-  testing::SyntheticBatch batch(spec);
+  const HelixStepCase& c = GetParam();
+  testing::SyntheticBatch batch(testing::batch_spec_of(c, 0x9e11 + c.cp));
   const Problem global = batch.problem();
 
   dist::HelixDriverOptions options;
@@ -271,22 +255,10 @@ TEST_P(HelixGpuStep, MatchesTheUnsplitReference) {
   options.mode = dist::HelixMode::device;
   options.devices = {0};
   dist::HelixDriver driver(global, options);
-  driver.poison_outputs();
-  const dist::HelixStepTimes times = driver.step();
-  EXPECT_GT(times.total_us, 0.0);
-  std::vector<std::byte> out(batch.out_bytes(), std::byte{0xff});
-  std::vector<float> stats(static_cast<std::size_t>(batch.num_tokens() * c.heads * 2));
-  driver.fetch_output(out.data(), stats.data());
-
-  const testing::NaiveResult expected = testing::naive_attention(global);
-  const testing::Comparison error = testing::compare(out.data(), global.out_dtype, expected.out);
-  EXPECT_TRUE(error.within(1e-2)) << c.name << " on " << driver.backends() << ": rel L2 " << error.rel_l2_err
-                                  << ", non-finite " << error.non_finite;
-  for (std::size_t row = 0; row < expected.stats.size() / 2; ++row) {
-    const double m = expected.stats[2 * row], l = expected.stats[2 * row + 1];
-    ASSERT_NEAR(stats[2 * row], m, 2e-3 * (1.0 + std::fabs(m))) << c.name << " row " << row;
-    ASSERT_NEAR(stats[2 * row + 1], l, 2e-3 * l) << c.name << " row " << row;
-  }
+  const testing::HelixStepResult step =
+      testing::expect_helix_step_matches(driver, batch, c.name, {.out_rel_l2 = 1e-2, .stats = 2e-3});
+  EXPECT_GT(step.times.total_us, 0.0);
+  if (HasFatalFailure()) return;
 
   // The same step replayed from a CUDA graph (attention, exchange and
   // combine of every rank) still matches.
@@ -296,15 +268,15 @@ TEST_P(HelixGpuStep, MatchesTheUnsplitReference) {
   ASSERT_TRUE(graph_us.has_value()) << why;
   std::vector<std::byte> replayed(batch.out_bytes(), std::byte{0xff});
   driver.fetch_output(replayed.data(), nullptr);
-  const testing::Comparison replay_error = testing::compare(replayed.data(), global.out_dtype, expected.out);
+  const testing::Comparison replay_error = testing::compare(replayed.data(), global.out_dtype, step.expected.out);
   EXPECT_TRUE(replay_error.within(1e-2)) << c.name << " graph replay: rel L2 " << replay_error.rel_l2_err;
 }
 
-std::vector<GpuCase> gpu_cases() {
-  std::vector<GpuCase> cases;
+std::vector<HelixStepCase> gpu_cases() {
+  std::vector<HelixStepCase> cases;
   for (std::int32_t cp : {1, 2, 3, 4, 8}) {
     for (std::int32_t heads : {16, 48, 128}) {
-      GpuCase c;
+      HelixStepCase c = gpu_case();
       c.name = "decode_cp" + std::to_string(cp) + "_h" + std::to_string(heads);
       c.cp = cp;
       c.heads = heads;
@@ -315,7 +287,7 @@ std::vector<GpuCase> gpu_cases() {
   for (std::int32_t cp : {2, 4, 8}) {
     for (std::int32_t page : {1, 32, 64}) {
       for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
-        GpuCase c;
+        HelixStepCase c = gpu_case();
         c.name = "verify_cp" + std::to_string(cp) + "_page" + std::to_string(page) + "_" + std::string(to_string(kv));
         c.cp = cp;
         c.heads = 48;
@@ -328,7 +300,7 @@ std::vector<GpuCase> gpu_cases() {
     }
   }
   for (std::int32_t cp : {2, 3}) {
-    GpuCase mixed;
+    HelixStepCase mixed = gpu_case();
     mixed.name = "mixed_cp" + std::to_string(cp);
     mixed.cp = cp;
     mixed.heads = 24;
@@ -337,7 +309,7 @@ std::vector<GpuCase> gpu_cases() {
     mixed.kv_len = {65, 200};
     cases.push_back(mixed);
   }
-  GpuCase sparse;
+  HelixStepCase sparse = gpu_case();
   sparse.name = "most_ranks_empty_cp8_h96";
   sparse.cp = 8;
   sparse.heads = 96;
@@ -348,7 +320,7 @@ std::vector<GpuCase> gpu_cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(InProcess, HelixGpuStep, ::testing::ValuesIn(gpu_cases()),
-                         [](const ::testing::TestParamInfo<GpuCase>& info) { return info.param.name; });
+                         [](const ::testing::TestParamInfo<HelixStepCase>& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace helixmla

@@ -12,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "compare.hpp"
 #include "cuda/tensorcore_backend.hpp"
 #include "cuda/tensorcore_plan.hpp"
 #include "cuda/tensorcore_run.hpp"
@@ -20,16 +19,11 @@
 #include "device_batch.hpp"
 #include "gpu/gpu_test_support.hpp"
 #include "helixmla/error.hpp"
-#include "helixmla/planner.hpp"
 #include "helixmla/validate.hpp"
 #include "synthetic_batch.hpp"
 
 namespace helixmla::testing {
 namespace {
-
-constexpr double kStatsTolerance = 1e-3;
-
-double tolerance_for(DType kv) { return kv == DType::fp8_e4m3 ? 3e-2 : 1e-2; }
 
 #define SKIP_WITHOUT_TENSORCORE()                                                         \
   do {                                                                                   \
@@ -39,10 +33,6 @@ double tolerance_for(DType kv) { return kv == DType::fp8_e4m3 ? 3e-2 : 1e-2; }
                    << cuda::make_tensorcore_backend()->available(Environment::detect()).reason; \
     }                                                                                    \
   } while (0)
-
-void check_cuda(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) throw RuntimeFailure(std::string(what) + ": " + cudaGetErrorString(status));
-}
 
 struct RunInfo {
   int phases = 0;
@@ -55,31 +45,21 @@ struct RunInfo {
 std::vector<std::unique_ptr<PreparedRun>> prepare_all(const Problem& device_problem, cudaStream_t stream,
                                                       RunInfo* info) {
   const BackendPtr backend = cuda::make_tensorcore_backend();
-  const Environment env = Environment::detect();
-  validate(device_problem);
-  const PhasePlan plan = plan_phases(device_problem);
   std::vector<std::unique_ptr<PreparedRun>> runs;
-  for (const std::optional<Phase>* phase : {&plan.context, &plan.generation}) {
-    if (!phase->has_value()) continue;
-    const PhaseShape shape = shape_of(**phase, device_problem);
-    const Verdict checked = backend->check(shape);
-    if (!checked) throw std::runtime_error("check refused " + describe(shape) + ": " + checked.reason);
-    KernelVariant chosen;
-    const Verdict can = backend->catalog().can_implement(shape, env, &chosen);
-    if (!can) throw std::runtime_error("catalog refused " + describe(shape) + ": " + can.reason);
+  for (const ClaimedPhase& phase : claim_phases(*backend, device_problem, Environment::detect())) {
     if (info) {
       ++info->phases;
-      info->any_jit = info->any_jit || !chosen.precompiled;
-      const Problem& part = (*phase)->problem;
+      info->any_jit = info->any_jit || !phase.kernel.precompiled;
+      const Problem& part = phase.problem;
       const std::int32_t q_len = part.num_contexts > 0 ? 0 : part.q_len.front();
       int sms = 0;
       check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "sm count");
-      const cuda::TensorcoreVariant v = cuda::tensorcore_variant_for(shape);
+      const cuda::TensorcoreVariant v = cuda::tensorcore_variant_for(phase.shape);
       EXPECT_EQ(v.rows, cuda::tensorcore_row_tile(part.num_heads, q_len));
       const cuda::TensorcorePlan p = cuda::plan_tensorcore(part, v.rows, sms * v.blocks_per_sm());
       info->any_split = info->any_split || !p.segments.empty();
     }
-    runs.push_back(backend->prepare((*phase)->problem, Workspace{}, stream));
+    runs.push_back(backend->prepare(phase.problem, Workspace{}, stream));
   }
   return runs;
 }
@@ -90,21 +70,6 @@ RunInfo run_tensorcore(const Problem& device_problem, cudaStream_t stream) {
   for (auto& run : runs) run->enqueue(stream);
   check_cuda(cudaStreamSynchronize(stream), "run synchronize");
   return info;
-}
-
-void expect_matches_reference(SyntheticBatch& host, const std::string& label) {
-  const Problem problem = host.problem();
-  const NaiveResult reference = parallel_naive_attention(problem);
-  const Comparison out = compare(host.out_.data(), problem.out_dtype, reference.out);
-  EXPECT_TRUE(out.within(tolerance_for(problem.kv.dtype)))
-      << label << ": rel L2 " << out.rel_l2_err << ", max abs " << out.max_abs_err << ", non-finite "
-      << out.non_finite;
-  if (problem.stats.present()) {
-    const StatsComparison stats = compare_stats(host.stats_, reference.stats);
-    EXPECT_TRUE(stats.within(kStatsTolerance))
-        << label << ": stats m err " << stats.max_m_err << ", l rel err " << stats.max_l_rel_err
-        << ", empty mismatches " << stats.empty_mismatches << ", non-finite " << stats.non_finite;
-  }
 }
 
 RunInfo expect_parity(SyntheticBatch& host, const std::string& label) {
@@ -263,16 +228,7 @@ TEST(TensorcoreHelix, PerTokenBoundsAndStats) {
       check_cuda(cudaDeviceSynchronize(), "poison");
       ASSERT_NO_THROW(run_tensorcore(p, stream.get())) << label_of(spec);
       device.download_outputs();
-      Problem hp = host.problem();
-      hp.helix = p.helix;
-      const NaiveResult reference = parallel_naive_attention(hp);
-      const Comparison out = compare(host.out_.data(), hp.out_dtype, reference.out);
-      EXPECT_TRUE(out.within(tolerance_for(spec.kv_dtype)))
-          << label_of(spec) << " helix: rel L2 " << out.rel_l2_err << " non-finite " << out.non_finite;
-      const StatsComparison stats = compare_stats(host.stats_, reference.stats);
-      EXPECT_TRUE(stats.within(kStatsTolerance))
-          << label_of(spec) << " helix stats: m " << stats.max_m_err << " l " << stats.max_l_rel_err
-          << " empty " << stats.empty_mismatches << " non-finite " << stats.non_finite;
+      expect_matches_reference(host, label_of(spec) + " helix", p.helix);
     }
   }
 }

@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +21,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "compare.hpp"
@@ -31,7 +31,7 @@
 #include "dist/nccl_exchange.hpp"
 #include "helixmla/error.hpp"
 #include "helixmla/helix.hpp"
-#include "naive_attention.hpp"
+#include "support/helix_step.hpp"
 #include "synthetic_batch.hpp"
 
 extern char** environ;
@@ -41,6 +41,7 @@ namespace {
 
 #if defined(HELIXMLA_WITH_NCCL)
 
+using testing::HelixStepCase;
 using Clock = std::chrono::steady_clock;
 
 #define SKIP_WITHOUT_TWO_GPUS()                                                         \
@@ -128,54 +129,39 @@ TEST(HelixNccl, ExchangeDeliversEveryChunk) {
   }
 }
 
-struct NcclCase {
-  std::string name;
-  std::int32_t q_len = 1;
-  DType kv_dtype = DType::bf16;
-};
+// The Kimi K3 TP2/CP4 local shape, one rank per GPU.
+HelixStepCase kimi_local_case(std::string name, std::int32_t q_len, DType kv_dtype) {
+  HelixStepCase c;
+  c.name = std::move(name);
+  c.cp = 2;
+  c.heads = 48;
+  c.generations = 4;
+  c.q_len = q_len;
+  c.kv_len = {1000, 129, 64, 5};  // groups straddling pages; rank 1 empty for the last two
+  c.page_size = 64;
+  c.kv_dtype = kv_dtype;
+  c.dims = MlaDims{};
+  return c;
+}
 
-void PrintTo(const NcclCase& c, std::ostream* os) { *os << c.name; }
-
-class HelixNcclStep : public ::testing::TestWithParam<NcclCase> {};
+class HelixNcclStep : public ::testing::TestWithParam<HelixStepCase> {};
 
 TEST_P(HelixNcclStep, KimiLocalShapeMatchesTheReference) {
   SKIP_WITHOUT_TWO_GPUS();
-  const NcclCase& c = GetParam();
-  testing::BatchSpec spec;
-  spec.heads = 48;
-  spec.page_size = 64;
-  spec.generations = 4;
-  spec.q_len = c.q_len;
-  spec.kv_len = {1000, 129, 64, 5};  // groups straddling pages; rank 1 empty for the last two
-  spec.kv_dtype = c.kv_dtype;
-  spec.q_dtype = testing::default_q_dtype(c.kv_dtype);
-  spec.kv_scale = c.kv_dtype == DType::fp8_e4m3 ? 1.0f / 64.0f : 1.0f;
-  spec.seed = 0xcafe + c.q_len;
-  testing::SyntheticBatch batch(spec);
+  const HelixStepCase& c = GetParam();
+  testing::SyntheticBatch batch(testing::batch_spec_of(c, 0xcafe + c.q_len));
   const Problem global = batch.problem();
 
   dist::HelixDriverOptions options;
-  options.cp = 2;
+  options.cp = c.cp;
   options.mode = dist::HelixMode::nccl;
   options.devices = {0, 1};
   dist::HelixDriver driver(global, options);
-  driver.poison_outputs();
-  const dist::HelixStepTimes times = driver.step();
-  std::cout << c.name << " on " << driver.backends() << ": attention " << times.attention_us << " us, exchange "
-            << times.exchange_us << " us, combine " << times.combine_us << " us\n";
-  std::vector<std::byte> out(batch.out_bytes(), std::byte{0xff});
-  std::vector<float> stats(static_cast<std::size_t>(batch.num_tokens() * spec.heads * 2));
-  driver.fetch_output(out.data(), stats.data());
-
-  const testing::NaiveResult expected = testing::naive_attention(global);
-  const testing::Comparison error = testing::compare(out.data(), global.out_dtype, expected.out);
-  EXPECT_TRUE(error.within(1e-2)) << c.name << ": rel L2 " << error.rel_l2_err << ", non-finite "
-                                  << error.non_finite;
-  for (std::size_t row = 0; row < expected.stats.size() / 2; ++row) {
-    const double m = expected.stats[2 * row], l = expected.stats[2 * row + 1];
-    ASSERT_NEAR(stats[2 * row], m, 2e-3 * (1.0 + std::fabs(m))) << c.name << " row " << row;
-    ASSERT_NEAR(stats[2 * row + 1], l, 2e-3 * l) << c.name << " row " << row;
-  }
+  const testing::HelixStepResult step =
+      testing::expect_helix_step_matches(driver, batch, c.name, {.out_rel_l2 = 1e-2, .stats = 2e-3});
+  std::cout << c.name << " on " << driver.backends() << ": attention " << step.times.attention_us
+            << " us, exchange " << step.times.exchange_us << " us, combine " << step.times.combine_us << " us\n";
+  if (HasFatalFailure()) return;
 
   // Whole-step CUDA graphs across both GPUs are an optimisation: report when
   // they cannot be captured, check the result when they can.
@@ -189,17 +175,17 @@ TEST_P(HelixNcclStep, KimiLocalShapeMatchesTheReference) {
   std::cout << c.name << ": graph step " << *graph_us << " us\n";
   std::vector<std::byte> replayed(batch.out_bytes(), std::byte{0xff});
   driver.fetch_output(replayed.data(), nullptr);
-  EXPECT_TRUE(testing::compare(replayed.data(), global.out_dtype, expected.out).within(1e-2));
+  EXPECT_TRUE(testing::compare(replayed.data(), global.out_dtype, step.expected.out).within(1e-2));
 }
 
 INSTANTIATE_TEST_SUITE_P(TwoGpus, HelixNcclStep,
-                         ::testing::Values(NcclCase{"decode_bf16", 1, DType::bf16},
-                                           NcclCase{"decode_fp8", 1, DType::fp8_e4m3},
-                                           NcclCase{"verify2_bf16", 2, DType::bf16},
-                                           NcclCase{"verify3_fp8", 3, DType::fp8_e4m3},
-                                           NcclCase{"verify4_bf16", 4, DType::bf16},
-                                           NcclCase{"verify4_fp8", 4, DType::fp8_e4m3}),
-                         [](const ::testing::TestParamInfo<NcclCase>& info) { return info.param.name; });
+                         ::testing::Values(kimi_local_case("decode_bf16", 1, DType::bf16),
+                                           kimi_local_case("decode_fp8", 1, DType::fp8_e4m3),
+                                           kimi_local_case("verify2_bf16", 2, DType::bf16),
+                                           kimi_local_case("verify3_fp8", 3, DType::fp8_e4m3),
+                                           kimi_local_case("verify4_bf16", 4, DType::bf16),
+                                           kimi_local_case("verify4_fp8", 4, DType::fp8_e4m3)),
+                         [](const ::testing::TestParamInfo<HelixStepCase>& info) { return info.param.name; });
 
 TEST(HelixNcclFaults, PeerThatNeverJoinsTheExchangeEndsInRuntimeFailure) {
   SKIP_WITHOUT_TWO_GPUS();

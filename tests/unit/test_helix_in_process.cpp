@@ -6,8 +6,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <limits>
-#include <ostream>
 #include <string>
 #include <vector>
 
@@ -17,10 +15,13 @@
 #include "helixmla/error.hpp"
 #include "helixmla/helix.hpp"
 #include "naive_attention.hpp"
+#include "support/helix_step.hpp"
 #include "synthetic_batch.hpp"
 
 namespace helixmla {
 namespace {
+
+using testing::HelixStepCase;
 
 // A value that names where it came from.
 float tag(std::int32_t source, std::int64_t token, std::int32_t head, std::int32_t k) {
@@ -78,73 +79,28 @@ TEST(HelixExchange, InProcessNeedsEveryRank) {
   EXPECT_THROW(exchange->all_to_all(shape, only_rank0), InvalidArgument);
 }
 
-struct StepCase {
-  std::string name;
-  std::int32_t cp = 2;
-  std::int32_t heads = 16;
-  std::int32_t generations = 3;
-  std::int32_t q_len = 1;
-  std::vector<std::int32_t> kv_len = {70};
-  std::int32_t contexts = 0;
-  std::int32_t context_len = 40;
-  std::int32_t page_size = 32;
-  DType kv_dtype = DType::bf16;
-  MlaDims dims{64, 16};
-};
+class HelixInProcess : public ::testing::TestWithParam<HelixStepCase> {};
 
-void PrintTo(const StepCase& c, std::ostream* os) { *os << c.name; }
-
-void expect_step_matches(const StepCase& c) {
-  testing::BatchSpec spec;
-  spec.dims = c.dims;
-  spec.heads = c.heads;
-  spec.generations = c.generations;
-  spec.q_len = c.q_len;
-  spec.kv_len = c.kv_len;
-  spec.contexts = c.contexts;
-  spec.context_len = c.context_len;
-  spec.page_size = c.page_size;
-  spec.kv_dtype = c.kv_dtype;
-  spec.q_dtype = testing::default_q_dtype(c.kv_dtype);
-  spec.kv_scale = c.kv_dtype == DType::fp8_e4m3 ? 1.0f / 64.0f : 1.0f;
-  spec.seed = 0x4e11 + c.cp * 131 + c.heads;
-  testing::SyntheticBatch batch(spec);
+TEST_P(HelixInProcess, MatchesTheUnsplitReference) {
+  const HelixStepCase& c = GetParam();
+  testing::SyntheticBatch batch(testing::batch_spec_of(c, 0x4e11 + c.cp * 131 + c.heads));
   const Problem global = batch.problem();
 
   dist::HelixDriverOptions options;
   options.cp = c.cp;
   options.mode = dist::HelixMode::host;
   dist::HelixDriver driver(global, options);
-  driver.poison_outputs();
-  const dist::HelixStepTimes times = driver.step();
-  EXPECT_GE(times.total_us, times.attention_us);
-
-  std::vector<std::byte> out(batch.out_bytes(), std::byte{0xff});  // NaN in bf16 and fp16
-  std::vector<float> stats(static_cast<std::size_t>(batch.num_tokens() * c.heads * 2),
-                           std::numeric_limits<float>::quiet_NaN());
-  driver.fetch_output(out.data(), stats.data());
-
-  const testing::NaiveResult expected = testing::naive_attention(global);
-  const testing::Comparison error = testing::compare(out.data(), global.out_dtype, expected.out);
   // Partials and the result are each rounded once to bf16/fp16.
-  EXPECT_TRUE(error.within(6e-3)) << c.name << ": rel L2 " << error.rel_l2_err << ", max abs "
-                                  << error.max_abs_err << ", non-finite " << error.non_finite;
-  for (std::size_t row = 0; row < expected.stats.size() / 2; ++row) {
-    const double m = expected.stats[2 * row], l = expected.stats[2 * row + 1];
-    ASSERT_NEAR(stats[2 * row], m, 1e-5 * (1.0 + std::fabs(m))) << c.name << " row " << row;
-    ASSERT_NEAR(stats[2 * row + 1], l, 1e-5 * l) << c.name << " row " << row;
-  }
+  const testing::HelixStepResult step =
+      testing::expect_helix_step_matches(driver, batch, c.name, {.out_rel_l2 = 6e-3, .stats = 1e-5});
+  EXPECT_GE(step.times.total_us, step.times.attention_us);
 }
 
-class HelixInProcess : public ::testing::TestWithParam<StepCase> {};
-
-TEST_P(HelixInProcess, MatchesTheUnsplitReference) { expect_step_matches(GetParam()); }
-
-std::vector<StepCase> decode_cases() {
-  std::vector<StepCase> cases;
+std::vector<HelixStepCase> decode_cases() {
+  std::vector<HelixStepCase> cases;
   for (std::int32_t cp : {1, 2, 3, 4, 8}) {
     for (std::int32_t heads : {16, 24, 48, 96, 128}) {
-      StepCase c;
+      HelixStepCase c;
       c.name = "decode_cp" + std::to_string(cp) + "_h" + std::to_string(heads);
       c.cp = cp;
       c.heads = heads;
@@ -156,12 +112,12 @@ std::vector<StepCase> decode_cases() {
   return cases;
 }
 
-std::vector<StepCase> verify_cases() {
-  std::vector<StepCase> cases;
+std::vector<HelixStepCase> verify_cases() {
+  std::vector<HelixStepCase> cases;
   for (std::int32_t cp : {2, 3, 4, 8}) {
     for (std::int32_t page : {1, 32, 64}) {
       for (std::int32_t q_len : {2, 3, 4}) {
-        StepCase c;
+        HelixStepCase c;
         c.name = "verify_cp" + std::to_string(cp) + "_page" + std::to_string(page) + "_q" + std::to_string(q_len);
         c.cp = cp;
         c.heads = 24;
@@ -176,10 +132,10 @@ std::vector<StepCase> verify_cases() {
   return cases;
 }
 
-std::vector<StepCase> other_cases() {
-  std::vector<StepCase> cases;
+std::vector<HelixStepCase> other_cases() {
+  std::vector<HelixStepCase> cases;
   for (std::int32_t cp : {2, 3, 8}) {
-    StepCase mixed;
+    HelixStepCase mixed;
     mixed.name = "mixed_cp" + std::to_string(cp);
     mixed.cp = cp;
     mixed.heads = 48;
@@ -189,7 +145,7 @@ std::vector<StepCase> other_cases() {
     mixed.kv_len = {33, 100};
     cases.push_back(mixed);
 
-    StepCase fp8 = mixed;
+    HelixStepCase fp8 = mixed;
     fp8.name = "fp8_verify_cp" + std::to_string(cp);
     fp8.contexts = 0;
     fp8.kv_dtype = DType::fp8_e4m3;
@@ -197,13 +153,13 @@ std::vector<StepCase> other_cases() {
     fp8.kv_len = {65, 130, 3};
     cases.push_back(fp8);
 
-    StepCase fp8_decode = fp8;
+    HelixStepCase fp8_decode = fp8;
     fp8_decode.name = "fp8_decode_cp" + std::to_string(cp);
     fp8_decode.q_len = 1;
     fp8_decode.heads = 128;
     cases.push_back(fp8_decode);
   }
-  StepCase fp16;
+  HelixStepCase fp16;
   fp16.name = "fp16_cp4";
   fp16.cp = 4;
   fp16.kv_dtype = DType::fp16;
@@ -211,7 +167,7 @@ std::vector<StepCase> other_cases() {
   fp16.kv_len = {33, 64};
   cases.push_back(fp16);
 
-  StepCase nobody_but_rank0;
+  HelixStepCase nobody_but_rank0;
   nobody_but_rank0.name = "only_rank0_holds_kv_cp8";
   nobody_but_rank0.cp = 8;
   nobody_but_rank0.page_size = 64;
@@ -219,14 +175,14 @@ std::vector<StepCase> other_cases() {
   nobody_but_rank0.kv_len = {2, 9, 60};
   cases.push_back(nobody_but_rank0);
 
-  StepCase few_heads;
+  HelixStepCase few_heads;
   few_heads.name = "fewer_heads_than_ranks";
   few_heads.cp = 8;
   few_heads.heads = 5;
   few_heads.kv_len = {300};
   cases.push_back(few_heads);
 
-  StepCase full_dims;
+  HelixStepCase full_dims;
   full_dims.name = "kimi_local_shape_full_dims_cp2";
   full_dims.dims = MlaDims{};
   full_dims.heads = 48;
@@ -238,7 +194,7 @@ std::vector<StepCase> other_cases() {
   return cases;
 }
 
-auto case_name = [](const ::testing::TestParamInfo<StepCase>& info) { return info.param.name; };
+auto case_name = [](const ::testing::TestParamInfo<HelixStepCase>& info) { return info.param.name; };
 
 INSTANTIATE_TEST_SUITE_P(Decode, HelixInProcess, ::testing::ValuesIn(decode_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Verify, HelixInProcess, ::testing::ValuesIn(verify_cases()), case_name);
