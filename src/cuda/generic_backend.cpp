@@ -14,7 +14,7 @@
 #include "cuda/device_guard.hpp"
 #include "cuda/generic_kernel.cuh"
 #include "cuda/generic_work_plan.hpp"
-#include "cuda/pinned_staging.hpp"
+#include "cuda/run_memory.hpp"
 #include "cuda/sm_count.hpp"
 #include "cuda/split_combine.hpp"
 #include "helixmla/error.hpp"
@@ -84,32 +84,12 @@ void require_alignment(const char* field, const void* pointer, std::size_t align
   }
 }
 
-// Owns what a prepared phase needs on the host and the device: the pinned
-// staging copy of the metadata (until its upload completed), an internal
-// workspace when the caller gave none, and the launch arguments.
+// A prepared phase: its memory (run_memory.hpp) and launch arguments.
 class GenericRun final : public PreparedRun {
  public:
   explicit GenericRun(int device) : device_(device) {}
 
-  ~GenericRun() override {
-    if (owned_workspace_) cudaFree(owned_workspace_);
-  }
-  GenericRun(const GenericRun&) = delete;
-  GenericRun& operator=(const GenericRun&) = delete;
-
-  void* allocate_workspace(std::size_t bytes) {
-    HELIXMLA_CUDA_CHECK(cudaMalloc(&owned_workspace_, bytes));
-    return owned_workspace_;
-  }
-
-  unsigned char* allocate_staging(std::size_t bytes) {
-    staging_ = PinnedStaging(bytes);
-    return staging_.data();
-  }
-
-  void upload(void* device_metadata, std::size_t bytes, cudaStream_t stream) {
-    staging_.upload(device_metadata, bytes, stream);
-  }
+  RunMemory& memory() { return memory_; }
 
   void bind(GenericKernelParams params, SplitCombineArgs combine) {
     params_ = params;
@@ -127,8 +107,7 @@ class GenericRun final : public PreparedRun {
   int device_;
   GenericKernelParams params_;
   SplitCombineArgs combine_;
-  PinnedStaging staging_;
-  void* owned_workspace_ = nullptr;
+  RunMemory memory_;
 };
 
 class GenericBackend final : public Backend {
@@ -209,9 +188,8 @@ class GenericBackend final : public Backend {
     }
 
     auto run = std::make_unique<GenericRun>(device);
-    auto* base = static_cast<unsigned char*>(workspace.data != nullptr ? workspace.data
-                                                                       : run->allocate_workspace(layout.total_bytes));
-    unsigned char* staging = run->allocate_staging(layout.metadata_bytes);
+    auto* base = static_cast<unsigned char*>(run->memory().workspace(workspace.data, layout.total_bytes));
+    unsigned char* staging = run->memory().staging(layout.metadata_bytes);
     const auto stage = [&](std::size_t offset, const auto& values) {
       if (!values.empty()) std::memcpy(staging + offset, values.data(), values.size() * sizeof(values[0]));
     };
@@ -219,7 +197,7 @@ class GenericBackend final : public Backend {
     stage(layout.items, plan.items);
     stage(layout.token_bounds, plan.token_bounds);
     stage(layout.page_table, phase.page_table);
-    run->upload(base, layout.metadata_bytes, static_cast<cudaStream_t>(stream));
+    run->memory().upload(base, layout.metadata_bytes, static_cast<cudaStream_t>(stream));
     configure_generic_attention(phase.q_dtype, phase.kv.dtype);
 
     GenericKernelParams params;

@@ -11,7 +11,7 @@
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/device_guard.hpp"
-#include "cuda/pinned_staging.hpp"
+#include "cuda/run_memory.hpp"
 #include "cuda/split_combine.hpp"
 #include "cuda/tensorcore_jit.hpp"
 #include "cuda/tensorcore_kernel.cuh"
@@ -56,22 +56,13 @@ void require_alignment(const char* field, const void* pointer, std::size_t align
   }
 }
 
+// A prepared phase: its memory (run_memory.hpp) and launch arguments.
 class TensorcoreRun final : public PreparedRun {
  public:
-  TensorcoreRun(int device, std::size_t staging_bytes) : device_(device), staging_(staging_bytes) {}
-  TensorcoreRun(const TensorcoreRun&) = delete;
-  TensorcoreRun& operator=(const TensorcoreRun&) = delete;
-  ~TensorcoreRun() override {
-    if (owned_workspace_) cudaFree(owned_workspace_);
-  }
+  explicit TensorcoreRun(int device) : device_(device) {}
 
-  unsigned char* staging() const { return staging_.data(); }
-  void upload(void* device, std::size_t bytes, cudaStream_t stream) { staging_.upload(device, bytes, stream); }
-  // Scratch for callers that passed no workspace; lives as long as the run.
-  void* own_workspace(std::size_t bytes) {
-    HELIXMLA_CUDA_CHECK(cudaMalloc(&owned_workspace_, bytes > 0 ? bytes : 1));
-    return owned_workspace_;
-  }
+  RunMemory& memory() { return memory_; }
+
   void set_launch(Kernel kernel, helixmla_tc::Params params, unsigned blocks,
                   SplitCombineArgs combine) {
     kernel_ = kernel;
@@ -99,8 +90,7 @@ class TensorcoreRun final : public PreparedRun {
   helixmla_tc::Params params_{};
   unsigned blocks_ = 0;
   SplitCombineArgs combine_;
-  PinnedStaging staging_;
-  void* owned_workspace_ = nullptr;
+  RunMemory memory_;
 };
 
 std::int32_t parallel_blocks(const Problem& phase, const TensorcoreVariant& variant) {
@@ -144,9 +134,8 @@ std::unique_ptr<PreparedRun> prepare_tensorcore(const Problem& phase, const Tens
     throw InvalidArgument("workspace.data", -1, "misaligned", "must be 16-byte aligned");
   }
   const Kernel kernel = kernel_for(variant);
-  auto run = std::make_unique<TensorcoreRun>(phase.location.device, plan.metadata_bytes);
-  auto* base = static_cast<unsigned char*>(
-      workspace.data ? workspace.data : run->own_workspace(plan.workspace_bytes));
+  auto run = std::make_unique<TensorcoreRun>(phase.location.device);
+  auto* base = static_cast<unsigned char*>(run->memory().workspace(workspace.data, plan.workspace_bytes));
 
   helixmla_tc::Params params{};
   params.q = phase.q;
@@ -178,7 +167,7 @@ std::unique_ptr<PreparedRun> prepare_tensorcore(const Problem& phase, const Tens
   combine.stats = params.stats;
 
   run->set_launch(kernel, params, static_cast<unsigned>(plan.items.size()), combine);
-  unsigned char* staging = run->staging();
+  unsigned char* staging = run->memory().staging(plan.metadata_bytes);
   const auto put = [staging](std::size_t offset, const void* data, std::size_t bytes) {
     if (bytes > 0) std::memcpy(staging + offset, data, bytes);
   };
@@ -188,7 +177,7 @@ std::unique_ptr<PreparedRun> prepare_tensorcore(const Problem& phase, const Tens
       phase.helix.token_kv_bounds.size() * sizeof(std::int32_t));
   put(plan.page_table_offset, phase.page_table.data(),
       phase.page_table.size() * sizeof(std::int32_t));
-  run->upload(base, plan.metadata_bytes, static_cast<cudaStream_t>(stream));
+  run->memory().upload(base, plan.metadata_bytes, static_cast<cudaStream_t>(stream));
   return run;
 }
 
