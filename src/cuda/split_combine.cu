@@ -11,7 +11,13 @@ namespace helixmla::cuda {
 
 namespace {
 
-constexpr int kCombineThreads = 128;
+// A block combines one row's splits for a slice of its columns: warp w takes
+// splits w, w + 16, ... so that a row with a hundred splits (a few long
+// requests split across the whole GPU) has many loads in flight instead of
+// one chain of dependent iterations; the warps' sums meet in shared memory.
+constexpr int kCombineThreads = 512;
+constexpr int kSplitLanes = kCombineThreads / 32;
+constexpr int kColumnsPerBlock = 32 * 4;  // a float4 per lane
 
 __device__ int find_segment(const SplitSegment* segments, int count, std::int64_t row) {
   int lo = 0;
@@ -27,10 +33,27 @@ __device__ int find_segment(const SplitSegment* segments, int count, std::int64_
   return lo;
 }
 
-// One block per split row. Every thread derives the split weights itself
-// (they are a few loads from L1), which keeps the kernel free of barriers.
+__device__ bool contributes(float m, float l) { return l > 0.0f && m > -INFINITY; }
+
+// Reduces one value per thread over the block; every thread gets the result.
+template <bool kMax>
+__device__ float block_reduce(float value, float* scratch) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const float other = __shfl_xor_sync(0xffffffffu, value, offset);
+    value = kMax ? fmaxf(value, other) : value + other;
+  }
+  __syncthreads();  // scratch may still be read by a previous reduction
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = value;
+  __syncthreads();
+  value = scratch[0];
+  for (int w = 1; w < kSplitLanes; ++w) value = kMax ? fmaxf(value, scratch[w]) : value + scratch[w];
+  return value;
+}
+
 template <typename Out>
 __global__ void __launch_bounds__(kCombineThreads) split_combine_kernel(SplitCombineArgs args) {
+  __shared__ float reduce_s[kSplitLanes];
+  __shared__ float4 lane_sums_s[kSplitLanes - 1][32];
   const std::int64_t row = blockIdx.x;
   const SplitSegment seg = args.segments[find_segment(args.segments, args.num_segments, row)];
   const std::int64_t i = row - seg.first_partial_row;
@@ -38,19 +61,19 @@ __global__ void __launch_bounds__(kCombineThreads) split_combine_kernel(SplitCom
   const float* stats = args.partial_stats + first * 2;
 
   float m_max = -INFINITY;
-  for (int s = 0; s < seg.splits; ++s) {
-    const float m = stats[2 * s];
-    const float l = stats[2 * s + 1];
-    if (l > 0.0f && m > -INFINITY) m_max = fmaxf(m_max, m);
+  for (int s = threadIdx.x; s < seg.splits; s += kCombineThreads) {
+    if (contributes(stats[2 * s], stats[2 * s + 1])) m_max = fmaxf(m_max, stats[2 * s]);
   }
+  m_max = block_reduce<true>(m_max, reduce_s);
   float l_sum = 0.0f;
   if (m_max > -INFINITY) {
-    for (int s = 0; s < seg.splits; ++s) {
+    for (int s = threadIdx.x; s < seg.splits; s += kCombineThreads) {
       const float m = stats[2 * s];
       const float l = stats[2 * s + 1];
-      if (l > 0.0f && m > -INFINITY) l_sum += l * __expf(m - m_max);
+      if (contributes(m, l)) l_sum += l * __expf(m - m_max);
     }
   }
+  l_sum = block_reduce<false>(l_sum, reduce_s);
   const bool empty = !(l_sum > 0.0f);
   const float inv_sum = empty ? 0.0f : 1.0f / l_sum;
 
@@ -58,19 +81,34 @@ __global__ void __launch_bounds__(kCombineThreads) split_combine_kernel(SplitCom
   const int rank = args.kv_lora_rank;
   Out* out = static_cast<Out*>(args.out) + out_row * rank;
   const float* partial = args.partial_out + first * rank;
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
   if (rank % 4 == 0) {
-    for (int d = threadIdx.x * 4; d < rank; d += kCombineThreads * 4) {
-      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      for (int s = 0; s < seg.splits && !empty; ++s) {
+    const int d = blockIdx.y * kColumnsPerBlock + lane * 4;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (d < rank && !empty) {
+#pragma unroll 8
+      for (int s = warp; s < seg.splits; s += kSplitLanes) {
         const float m = stats[2 * s];
         const float l = stats[2 * s + 1];
-        if (!(l > 0.0f && m > -INFINITY)) continue;
+        if (!contributes(m, l)) continue;  // its partial may be unwritten
         const float w = l * __expf(m - m_max) * inv_sum;
         const float4 o = *reinterpret_cast<const float4*>(partial + std::int64_t{s} * rank + d);
         acc.x += w * o.x;
         acc.y += w * o.y;
         acc.z += w * o.z;
         acc.w += w * o.w;
+      }
+    }
+    if (warp > 0) lane_sums_s[warp - 1][lane] = acc;
+    __syncthreads();
+    if (warp == 0 && d < rank) {
+      for (int w = 0; w < kSplitLanes - 1; ++w) {
+        const float4 other = lane_sums_s[w][lane];
+        acc.x += other.x;
+        acc.y += other.y;
+        acc.z += other.z;
+        acc.w += other.w;
       }
       PairCodec<Out>::store(out, d, acc.x, acc.y);
       PairCodec<Out>::store(out, d + 2, acc.z, acc.w);
@@ -81,13 +119,13 @@ __global__ void __launch_bounds__(kCombineThreads) split_combine_kernel(SplitCom
       for (int s = 0; s < seg.splits && !empty; ++s) {
         const float m = stats[2 * s];
         const float l = stats[2 * s + 1];
-        if (!(l > 0.0f && m > -INFINITY)) continue;
+        if (!contributes(m, l)) continue;
         acc += l * __expf(m - m_max) * inv_sum * partial[std::int64_t{s} * rank + d];
       }
       out[d] = Out(acc);
     }
   }
-  if (args.stats != nullptr && threadIdx.x == 0) {
+  if (args.stats != nullptr && blockIdx.y == 0 && threadIdx.x == 0) {
     args.stats[out_row * 2] = empty ? -INFINITY : m_max;
     args.stats[out_row * 2 + 1] = empty ? 0.0f : l_sum;
   }
@@ -104,7 +142,10 @@ void launch_split_combine(const SplitCombineArgs& args, cudaStream_t stream) {
   if (args.kv_lora_rank <= 0) {
     throw InvalidArgument("kv_lora_rank", -1, std::to_string(args.kv_lora_rank), "must be positive");
   }
-  const dim3 grid(static_cast<unsigned>(args.total_rows));
+  const unsigned column_blocks =
+      args.kv_lora_rank % 4 == 0 ? static_cast<unsigned>((args.kv_lora_rank + kColumnsPerBlock - 1) / kColumnsPerBlock)
+                                 : 1u;
+  const dim3 grid(static_cast<unsigned>(args.total_rows), column_blocks);
   switch (args.out_dtype) {
     case DType::bf16:
       split_combine_kernel<__nv_bfloat16><<<grid, kCombineThreads, 0, stream>>>(args);

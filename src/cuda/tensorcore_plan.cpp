@@ -52,6 +52,19 @@ std::int64_t makespan(std::vector<std::int64_t> costs, std::int32_t slots) {
   return finish;
 }
 
+// Split counts worth estimating: every small count, and the counts that make
+// one to four full waves when few long requests need many more splits than
+// the small counts give (two 1M-token requests on 264 block slots).
+std::vector<std::int64_t> split_candidates(std::size_t units, std::int32_t slots) {
+  std::vector<std::int64_t> counts;
+  for (std::int64_t s = 1; s <= kMaxSplitsSearched; ++s) counts.push_back(s);
+  for (std::int64_t waves = 1; waves <= 4; ++waves) {
+    const std::int64_t s = ceil_div(waves * slots, static_cast<std::int64_t>(units));
+    if (s > kMaxSplitsSearched) counts.push_back(s);
+  }
+  return counts;
+}
+
 // The split chunk (in KV tiles) that finishes soonest; no split when none helps.
 std::int64_t choose_chunk(const std::vector<Unit>& units, std::int32_t slots) {
   std::int64_t longest = 0;
@@ -59,7 +72,7 @@ std::int64_t choose_chunk(const std::vector<Unit>& units, std::int32_t slots) {
   std::int64_t best_chunk = std::max<std::int64_t>(longest, 1);
   if (units.size() >= static_cast<std::size_t>(4) * slots) return best_chunk;
   std::int64_t best_time = -1;
-  for (std::int32_t s = 1; s <= kMaxSplitsSearched; ++s) {
+  for (const std::int64_t s : split_candidates(units.size(), slots)) {
     const std::int64_t chunk = ceil_div(longest, s);
     if (s > 1 && (chunk < kMinSplitTiles || units.size() * s > static_cast<std::size_t>(8) * slots)) {
       break;

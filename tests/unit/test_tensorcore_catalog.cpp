@@ -208,6 +208,23 @@ TEST(TensorcorePlan, OneLongRequestIsSplitToFillTheGpu) {
   expect_plan_covers(p, plan);
 }
 
+// Two 1M-token requests of 16 heads: 64 splits each would leave half of 264
+// block slots idle.
+TEST(TensorcorePlan, FewVeryLongRequestsFillEveryBlockSlot) {
+  testing::BatchSpec spec;
+  spec.heads = 16;
+  spec.generations = 2;
+  spec.kv_len = {1048576};
+  spec.allocate_tensors = false;
+  testing::SyntheticBatch batch(spec);
+  const Problem p = batch.problem();
+  const TensorcorePlan plan = plan_tensorcore(p, 16, 264);
+  EXPECT_GE(plan.items.size(), 264u);
+  EXPECT_LE(plan.items.size(), 2u * 264u);
+  EXPECT_EQ(plan.segments.size(), 2u);
+  expect_plan_covers(p, plan);
+}
+
 TEST(TensorcorePlan, ManyEqualRequestsAreNotSplit) {
   testing::BatchSpec spec;
   spec.heads = 128;
