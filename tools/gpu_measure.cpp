@@ -48,6 +48,17 @@ double median_event_us(cudaStream_t stream, int warmup, int iterations, Body bod
   return times[times.size() / 2];
 }
 
+cudaGraphExec_t capture_run(PreparedRun& run, cudaStream_t stream) {
+  cudaGraph_t graph;
+  cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  run.enqueue(stream);
+  cuda_ok(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+  cudaGraphExec_t exec;
+  cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  cudaGraphDestroy(graph);
+  return exec;
+}
+
 }  // namespace
 
 Ceilings measure_ceilings(cudaStream_t stream) {
@@ -85,16 +96,7 @@ Timing time_runs(const std::vector<PreparedRun*>& runs, cudaStream_t stream, int
                  bool graphs) {
   std::vector<cudaGraphExec_t> execs;
   if (graphs) {
-    for (PreparedRun* run : runs) {
-      cudaGraph_t graph;
-      cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-      run->enqueue(stream);
-      cuda_ok(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
-      cudaGraphExec_t exec;
-      cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-      cudaGraphDestroy(graph);
-      execs.push_back(exec);
-    }
+    for (PreparedRun* run : runs) execs.push_back(capture_run(*run, stream));
   }
   auto launch = [&](int i) {
     const std::size_t k = static_cast<std::size_t>(i) % runs.size();
@@ -107,6 +109,25 @@ Timing time_runs(const std::vector<PreparedRun*>& runs, cudaStream_t stream, int
   const auto times = event_times_us(stream, warmup, iterations, launch);
   for (cudaGraphExec_t exec : execs) cudaGraphExecDestroy(exec);
   return {times[times.size() / 2], times.front(), times.back()};
+}
+
+double time_back_to_back_us(PreparedRun& run, cudaStream_t stream, int replays) {
+  replays = std::max(replays, 1);
+  cudaGraphExec_t exec = capture_run(run, stream);
+  cudaEvent_t start, stop;
+  cuda_ok(cudaEventCreate(&start), "cudaEventCreate");
+  cuda_ok(cudaEventCreate(&stop), "cudaEventCreate");
+  cuda_ok(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");  // warm-up
+  cuda_ok(cudaEventRecord(start, stream), "cudaEventRecord");
+  for (int i = 0; i < replays; ++i) cuda_ok(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+  cuda_ok(cudaEventRecord(stop, stream), "cudaEventRecord");
+  cuda_ok(cudaEventSynchronize(stop), "cudaEventSynchronize");
+  float ms = 0.0f;
+  cuda_ok(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaGraphExecDestroy(exec);
+  return 1000.0 * ms / replays;
 }
 
 }  // namespace helixmla::tools

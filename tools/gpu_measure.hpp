@@ -29,6 +29,11 @@ struct Timing {
 Timing time_runs(const std::vector<PreparedRun*>& runs, cudaStream_t stream, int warmup, int iterations,
                  bool graphs);
 
+// Mean microseconds per replay when `replays` replays of `run`'s captured
+// graph are queued back to back, as in an engine replaying whole steps: no
+// launch latency between them.
+double time_back_to_back_us(PreparedRun& run, cudaStream_t stream, int replays);
+
 void cuda_ok(cudaError_t status, const char* what);
 
 }  // namespace helixmla::tools

@@ -111,7 +111,8 @@ std::vector<double> expected_output(testing::SyntheticBatch& batch, std::string*
 }
 
 struct Baseline {
-  std::optional<double> us;
+  std::optional<double> us;         // one graph replay at a time
+  std::optional<double> steady_us;  // graph replays back to back
   std::string note;
 };
 
@@ -133,6 +134,7 @@ Baseline time_baseline(testing::SyntheticBatch& batch, const RuntimeOptions& opt
     testing::DeviceBuffer workspace(runtime.workspace_bytes(problem));
     auto run = runtime.prepare(problem, {workspace.data(), workspace.bytes()}, stream);
     baseline.us = time_runs({run.get()}, stream, 1, repeat, graphs).median_us;
+    if (graphs) baseline.steady_us = time_back_to_back_us(*run, stream, repeat);
   }
   cudaStreamDestroy(stream);
 #else
@@ -189,6 +191,8 @@ int run_helix_command(const ProblemFlags& flags, int cp, const std::vector<int>&
     }
     if (!replays.empty()) graph_us = median(replays);
   }
+  std::optional<dist::HelixStepTimes> steady;
+  if (graph_us) steady = driver.graph_steady_times(repeat, &graph_note);
   // The reported step time comes from the graph, so its output is checked
   // too: poisoned, replayed once more, compared below like the eager one.
   std::vector<std::byte> graph_out;
@@ -217,8 +221,9 @@ int run_helix_command(const ProblemFlags& flags, int cp, const std::vector<int>&
   }
 
   const double step_us = graph_us.value_or(median(total));
-  std::optional<double> speedup;
+  std::optional<double> speedup, steady_speedup;
   if (baseline.us && step_us > 0.0) speedup = *baseline.us / step_us;
+  if (baseline.steady_us && steady) steady_speedup = *baseline.steady_us / steady->total_us;
   const std::string backends = driver.backends();
 
   if (json) {
@@ -241,6 +246,15 @@ int run_helix_command(const ProblemFlags& flags, int cp, const std::vector<int>&
     if (!graph_note.empty() && !graph_us) j["graph_note"] = graph_note;
     j["baseline_us"] = baseline.us ? nlohmann::json(*baseline.us) : nlohmann::json(nullptr);
     j["speedup"] = speedup ? nlohmann::json(*speedup) : nlohmann::json(nullptr);
+    if (steady) {
+      j["steady"] = {{"attention_us", steady->attention_us},
+                     {"exchange_us", steady->exchange_us},
+                     {"combine_us", steady->combine_us},
+                     {"step_us", steady->total_us}};
+    }
+    j["baseline_steady_us"] =
+        baseline.steady_us ? nlohmann::json(*baseline.steady_us) : nlohmann::json(nullptr);
+    j["steady_speedup"] = steady_speedup ? nlohmann::json(*steady_speedup) : nlohmann::json(nullptr);
     std::cout << j.dump() << "\n";
   } else {
     const auto& spec = batch.spec();
@@ -262,9 +276,19 @@ int run_helix_command(const ProblemFlags& flags, int cp, const std::vector<int>&
       std::cout << fmt::format("graph replay output: rel L2 {:.3e}{}\n", graph_error->rel_l2_err,
                                graph_error->non_finite ? ", non-finite values" : "");
     }
+    if (steady) {
+      std::cout << fmt::format(
+          "graph replays back to back: attention {:.1f} us, exchange {:.1f} us, combine {:.1f} us "
+          "(each alone), whole step {:.1f} us\n",
+          steady->attention_us, steady->exchange_us, steady->combine_us, steady->total_us);
+    }
     if (baseline.us) {
       std::cout << fmt::format("without Helix on one GPU: {:.1f} us; whole-step speedup {:.2f}x\n",
                                *baseline.us, speedup.value_or(0.0));
+    }
+    if (baseline.steady_us && steady_speedup) {
+      std::cout << fmt::format("back to back: without Helix {:.1f} us; whole-step speedup {:.2f}x\n",
+                               *baseline.steady_us, *steady_speedup);
     }
     std::cout << fmt::format("result: {} against the {} (relative L2 tolerance {:.0e}{}), median of {}\n",
                              pass ? "PASS" : "FAIL", reference_name, tolerance,

@@ -154,22 +154,30 @@ struct HelixDriver::Rank {
   }
 };
 
+// One captured CUDA graph per owned stream (one per GPU in NCCL mode, one in
+// all in device mode) for the whole step and for each phase alone.
 struct HelixDriver::Graphs {
 #if defined(HELIXMLA_WITH_CUDA)
   struct Captured {
     void* stream = nullptr;
     int device = 0;
-    cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
+  };
+  struct Timers {
     cudaEvent_t start = nullptr, stop = nullptr;
   };
-  std::vector<Captured> streams;
+  // Index 0: the whole step; 1 + StepPhase: that phase alone.
+  std::array<std::vector<Captured>, 4> sets;
+  std::vector<Timers> timers;  // per owned stream
   ~Graphs() {
-    for (Captured& c : streams) {
-      if (c.exec) cudaGraphExecDestroy(c.exec);
-      if (c.graph) cudaGraphDestroy(c.graph);
-      if (c.start) cudaEventDestroy(c.start);
-      if (c.stop) cudaEventDestroy(c.stop);
+    for (auto& set : sets) {
+      for (Captured& c : set) {
+        if (c.exec) cudaGraphExecDestroy(c.exec);
+      }
+    }
+    for (Timers& t : timers) {
+      if (t.start) cudaEventDestroy(t.start);
+      if (t.stop) cudaEventDestroy(t.stop);
     }
   }
 #endif
@@ -304,15 +312,72 @@ HelixDriver::HelixDriver(const Problem& global, HelixDriverOptions options)
 
 HelixDriver::~HelixDriver() = default;
 
+void HelixDriver::select_device(const Rank& rank) {
+#if defined(HELIXMLA_WITH_CUDA)
+  if (rank.on_device()) HELIXMLA_CUDA_CHECK(cudaSetDevice(rank.where.device));
+#else
+  (void)rank;
+#endif
+}
+
+void HelixDriver::enqueue_phase(StepPhase phase) {
+  switch (phase) {
+    case StepPhase::attention:
+      for (const auto& rank : ranks_) {
+        select_device(*rank);
+        rank->run->enqueue(rank->stream);
+      }
+      return;
+    case StepPhase::exchange: {
+      std::vector<RankBuffers> buffers;
+      for (const auto& rank : ranks_) {
+        select_device(*rank);
+        auto* stats = static_cast<const float*>(rank->partial_stats.data());
+        auto* send_stats = static_cast<float*>(rank->send_stats.data());
+        if (rank->on_device()) {
+#if defined(HELIXMLA_WITH_CUDA)
+          pack_send_device(shape_, rank->partial.data(), stats, rank->send_partial.data(),
+                           send_stats, rank->stream);
+#endif
+        } else {
+          pack_send_host(shape_, rank->partial.data(), stats, rank->send_partial.data(),
+                         send_stats);
+        }
+        buffers.push_back(RankBuffers{rank->rank, rank->send_partial.data(), send_stats,
+                                      rank->recv_partial.data(),
+                                      static_cast<float*>(rank->recv_stats.data()), rank->stream});
+      }
+      exchange_->all_to_all(shape_, buffers);
+      return;
+    }
+    case StepPhase::combine:
+      for (const auto& rank : ranks_) {
+        select_device(*rank);
+        HelixCombineArgs args;
+        args.cp = shape_.cp;
+        args.tokens = shape_.tokens;
+        args.heads = rank->heads.count;
+        args.width = shape_.width;
+        args.partial = rank->recv_partial.data();
+        args.partial_dtype = shape_.partial_dtype;
+        args.stats = static_cast<const float*>(rank->recv_stats.data());
+        args.out = rank->out.data();
+        args.out_dtype = global_.out_dtype;
+        args.out_stats = static_cast<float*>(rank->out_stats.data());
+        if (rank->on_device()) {
+#if defined(HELIXMLA_WITH_CUDA)
+          helix_combine_device(args, rank->stream);
+#endif
+        } else {
+          helix_combine_host(args);
+        }
+      }
+      return;
+  }
+}
+
 void HelixDriver::enqueue_step(bool record_events,
                                std::array<std::chrono::steady_clock::time_point, 4>* host_marks) {
-  auto select_device = [](const Rank& rank) {
-#if defined(HELIXMLA_WITH_CUDA)
-    if (rank.on_device()) HELIXMLA_CUDA_CHECK(cudaSetDevice(rank.where.device));
-#else
-    (void)rank;
-#endif
-  };
   auto mark = [&](int boundary) {
     if (host_marks != nullptr) (*host_marks)[static_cast<std::size_t>(boundary)] = Clock::now();
 #if defined(HELIXMLA_WITH_CUDA)
@@ -327,53 +392,12 @@ void HelixDriver::enqueue_step(bool record_events,
     (void)record_events;
 #endif
   };
-
   mark(0);
-  for (const auto& rank : ranks_) {
-    select_device(*rank);
-    rank->run->enqueue(rank->stream);
-  }
+  enqueue_phase(StepPhase::attention);
   mark(1);
-  std::vector<RankBuffers> buffers;
-  for (const auto& rank : ranks_) {
-    select_device(*rank);
-    auto* stats = static_cast<const float*>(rank->partial_stats.data());
-    auto* send_stats = static_cast<float*>(rank->send_stats.data());
-    if (rank->on_device()) {
-#if defined(HELIXMLA_WITH_CUDA)
-      pack_send_device(shape_, rank->partial.data(), stats, rank->send_partial.data(), send_stats,
-                       rank->stream);
-#endif
-    } else {
-      pack_send_host(shape_, rank->partial.data(), stats, rank->send_partial.data(), send_stats);
-    }
-    buffers.push_back(RankBuffers{rank->rank, rank->send_partial.data(), send_stats,
-                                  rank->recv_partial.data(),
-                                  static_cast<float*>(rank->recv_stats.data()), rank->stream});
-  }
-  exchange_->all_to_all(shape_, buffers);
+  enqueue_phase(StepPhase::exchange);
   mark(2);
-  for (const auto& rank : ranks_) {
-    select_device(*rank);
-    HelixCombineArgs args;
-    args.cp = shape_.cp;
-    args.tokens = shape_.tokens;
-    args.heads = rank->heads.count;
-    args.width = shape_.width;
-    args.partial = rank->recv_partial.data();
-    args.partial_dtype = shape_.partial_dtype;
-    args.stats = static_cast<const float*>(rank->recv_stats.data());
-    args.out = rank->out.data();
-    args.out_dtype = global_.out_dtype;
-    args.out_stats = static_cast<float*>(rank->out_stats.data());
-    if (rank->on_device()) {
-#if defined(HELIXMLA_WITH_CUDA)
-      helix_combine_device(args, rank->stream);
-#endif
-    } else {
-      helix_combine_host(args);
-    }
-  }
+  enqueue_phase(StepPhase::combine);
   mark(3);
 }
 
@@ -416,79 +440,142 @@ HelixStepTimes HelixDriver::step() {
 #endif
 }
 
-std::optional<double> HelixDriver::graph_step_us(std::string* why_not) {
-  auto refuse = [&](std::string reason) -> std::optional<double> {
-    if (why_not != nullptr) *why_not = std::move(reason);
-    return std::nullopt;
-  };
-  if (options_.mode == HelixMode::host) return refuse("host mode has no CUDA graphs");
 #if defined(HELIXMLA_WITH_CUDA)
-  if (!graphs_) {
-    auto graphs = std::make_unique<Graphs>();
-    for (const auto& rank : ranks_) {
-      if (!rank->owns_stream) continue;
-      Graphs::Captured c;
-      c.stream = rank->stream;
-      c.device = rank->where.device;
-      graphs->streams.push_back(c);
-    }
-    for (auto& c : graphs->streams) {
-      HELIXMLA_CUDA_CHECK(cudaSetDevice(c.device));
-      HELIXMLA_CUDA_CHECK(cudaStreamBeginCapture(static_cast<cudaStream_t>(c.stream),
-                                                 cudaStreamCaptureModeThreadLocal));
-    }
-    std::string failure;
-    try {
-      enqueue_step(false, nullptr);
-    } catch (const std::exception& e) {
-      failure = e.what();
-    }
-    for (auto& c : graphs->streams) {
-      HELIXMLA_CUDA_CHECK(cudaSetDevice(c.device));
-      const cudaError_t end = cudaStreamEndCapture(static_cast<cudaStream_t>(c.stream), &c.graph);
-      if (end != cudaSuccess && failure.empty()) {
-        failure = std::string("cudaStreamEndCapture: ") + cudaGetErrorString(end);
-      }
-    }
-    if (failure.empty()) {
-      for (auto& c : graphs->streams) {
-        HELIXMLA_CUDA_CHECK(cudaSetDevice(c.device));
-        const cudaError_t made = cudaGraphInstantiate(&c.exec, c.graph, 0);
-        if (made != cudaSuccess) {
-          failure = std::string("cudaGraphInstantiate: ") + cudaGetErrorString(made);
-          break;
-        }
-        HELIXMLA_CUDA_CHECK(cudaEventCreate(&c.start));
-        HELIXMLA_CUDA_CHECK(cudaEventCreate(&c.stop));
-      }
-    }
-    if (!failure.empty()) {
-      cudaGetLastError();
-      return refuse("capture failed: " + failure);
-    }
-    graphs_ = std::move(graphs);
-  }
-  std::vector<void*> streams;
-  for (auto& c : graphs_->streams) {
+namespace {
+
+// Captures what `body` enqueues on each stream into one graph per stream.
+// Returns the failure, empty on success (then `set` holds the executables).
+template <typename Captured, typename Body>
+std::string capture_graphs(std::vector<Captured>& set, Body body) {
+  for (auto& c : set) {
     HELIXMLA_CUDA_CHECK(cudaSetDevice(c.device));
-    const auto stream = static_cast<cudaStream_t>(c.stream);
-    HELIXMLA_CUDA_CHECK(cudaEventRecord(c.start, stream));
-    HELIXMLA_CUDA_CHECK(cudaGraphLaunch(c.exec, stream));
-    HELIXMLA_CUDA_CHECK(cudaEventRecord(c.stop, stream));
-    streams.push_back(c.stream);
+    HELIXMLA_CUDA_CHECK(cudaStreamBeginCapture(static_cast<cudaStream_t>(c.stream),
+                                               cudaStreamCaptureModeThreadLocal));
+  }
+  std::string failure;
+  try {
+    body();
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  std::vector<cudaGraph_t> graphs;
+  for (auto& c : set) {
+    HELIXMLA_CUDA_CHECK(cudaSetDevice(c.device));
+    cudaGraph_t graph = nullptr;
+    const cudaError_t end = cudaStreamEndCapture(static_cast<cudaStream_t>(c.stream), &graph);
+    if (end != cudaSuccess && failure.empty()) {
+      failure = std::string("cudaStreamEndCapture: ") + cudaGetErrorString(end);
+    }
+    graphs.push_back(graph);
+  }
+  for (std::size_t i = 0; i < set.size(); ++i) {
+    if (graphs[i] == nullptr) continue;
+    if (failure.empty()) {
+      HELIXMLA_CUDA_CHECK(cudaSetDevice(set[i].device));
+      const cudaError_t made = cudaGraphInstantiate(&set[i].exec, graphs[i], 0);
+      if (made != cudaSuccess) failure = std::string("cudaGraphInstantiate: ") + cudaGetErrorString(made);
+    }
+    cudaGraphDestroy(graphs[i]);
+  }
+  if (!failure.empty()) cudaGetLastError();
+  return failure;
+}
+
+}  // namespace
+#endif
+
+bool HelixDriver::ensure_graphs(std::string* why_not) {
+  if (graphs_) return true;
+  if (options_.mode == HelixMode::host) {
+    if (why_not != nullptr) *why_not = "host mode has no CUDA graphs";
+    return false;
+  }
+#if defined(HELIXMLA_WITH_CUDA)
+  auto graphs = std::make_unique<Graphs>();
+  std::vector<Graphs::Captured> owned;
+  for (const auto& rank : ranks_) {
+    if (!rank->owns_stream) continue;
+    owned.push_back(Graphs::Captured{rank->stream, rank->where.device, nullptr});
+    Graphs::Timers t;
+    HELIXMLA_CUDA_CHECK(cudaSetDevice(rank->where.device));
+    HELIXMLA_CUDA_CHECK(cudaEventCreate(&t.start));
+    HELIXMLA_CUDA_CHECK(cudaEventCreate(&t.stop));
+    graphs->timers.push_back(t);
+  }
+  for (std::size_t k = 0; k < graphs->sets.size(); ++k) {
+    graphs->sets[k] = owned;
+    const std::string failure = capture_graphs(graphs->sets[k], [&] {
+      if (k == 0) {
+        enqueue_step(false, nullptr);
+      } else {
+        enqueue_phase(static_cast<StepPhase>(k - 1));
+      }
+    });
+    if (!failure.empty()) {
+      if (why_not != nullptr) *why_not = "capture failed: " + failure;
+      return false;
+    }
+  }
+  graphs_ = std::move(graphs);
+  return true;
+#else
+  if (why_not != nullptr) *why_not = "this build has no CUDA support";
+  return false;
+#endif
+}
+
+double HelixDriver::replay_us(std::size_t set, int replays) {
+#if defined(HELIXMLA_WITH_CUDA)
+  auto& captured = graphs_->sets[set];
+  std::vector<void*> streams;
+  for (std::size_t i = 0; i < captured.size(); ++i) {
+    HELIXMLA_CUDA_CHECK(cudaSetDevice(captured[i].device));
+    HELIXMLA_CUDA_CHECK(cudaEventRecord(graphs_->timers[i].start,
+                                        static_cast<cudaStream_t>(captured[i].stream)));
+    streams.push_back(captured[i].stream);
+  }
+  // Ranks take turns in the host loop, so after the first replay every GPU
+  // has its next replays queued and host launch skew no longer shows.
+  for (int r = 0; r < replays; ++r) {
+    for (auto& c : captured) {
+      HELIXMLA_CUDA_CHECK(cudaSetDevice(c.device));
+      HELIXMLA_CUDA_CHECK(cudaGraphLaunch(c.exec, static_cast<cudaStream_t>(c.stream)));
+    }
+  }
+  for (std::size_t i = 0; i < captured.size(); ++i) {
+    HELIXMLA_CUDA_CHECK(cudaSetDevice(captured[i].device));
+    HELIXMLA_CUDA_CHECK(cudaEventRecord(graphs_->timers[i].stop,
+                                        static_cast<cudaStream_t>(captured[i].stream)));
   }
   exchange_->wait(streams);
   double slowest = 0.0;
-  for (auto& c : graphs_->streams) {
+  for (std::size_t i = 0; i < captured.size(); ++i) {
     float ms = 0.0f;
-    HELIXMLA_CUDA_CHECK(cudaSetDevice(c.device));
-    HELIXMLA_CUDA_CHECK(cudaEventElapsedTime(&ms, c.start, c.stop));
-    slowest = std::max(slowest, 1000.0 * ms);
+    HELIXMLA_CUDA_CHECK(cudaSetDevice(captured[i].device));
+    HELIXMLA_CUDA_CHECK(cudaEventElapsedTime(&ms, graphs_->timers[i].start, graphs_->timers[i].stop));
+    slowest = std::max(slowest, 1000.0 * ms / replays);
   }
   return slowest;
 #else
-  return refuse("this build has no CUDA support");
+  (void)set, (void)replays;
+  no_cuda();
 #endif
+}
+
+std::optional<double> HelixDriver::graph_step_us(std::string* why_not) {
+  if (!ensure_graphs(why_not)) return std::nullopt;
+  return replay_us(0, 1);
+}
+
+std::optional<HelixStepTimes> HelixDriver::graph_steady_times(int replays, std::string* why_not) {
+  if (!ensure_graphs(why_not)) return std::nullopt;
+  replays = std::max(replays, 1);
+  HelixStepTimes times;
+  times.total_us = replay_us(0, replays);
+  times.attention_us = replay_us(1 + static_cast<std::size_t>(StepPhase::attention), replays);
+  times.exchange_us = replay_us(1 + static_cast<std::size_t>(StepPhase::exchange), replays);
+  times.combine_us = replay_us(1 + static_cast<std::size_t>(StepPhase::combine), replays);
+  return times;
 }
 
 void HelixDriver::poison_outputs() {

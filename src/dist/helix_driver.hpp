@@ -59,9 +59,17 @@ class HelixDriver {
   HelixStepTimes step();
 
   // Device modes: captures one whole step (attention, exchange, combine of
-  // every rank) into CUDA graphs on first use and times one replay.
+  // every rank) into CUDA graphs on first use, and each phase alone, and
+  // times one replay of the step (launch latency and, across GPUs, the skew
+  // of launching one GPU after the other included).
   // Returns nullopt with the reason in `why_not` when capture is impossible.
   std::optional<double> graph_step_us(std::string* why_not);
+
+  // Device modes: the mean time per replay when `replays` replays of the
+  // step graph, then of each phase's graph, are queued back to back on every
+  // GPU, as in an engine that replays whole decode steps: what the GPUs take,
+  // without host launch latency or skew.
+  std::optional<HelixStepTimes> graph_steady_times(int replays, std::string* why_not);
 
   // Fills the combined outputs with NaN so a step that writes nothing shows.
   void poison_outputs();
@@ -78,6 +86,13 @@ class HelixDriver {
  private:
   struct Rank;
   struct Graphs;
+  enum class StepPhase : std::uint8_t { attention, exchange, combine };
+  static void select_device(const Rank& rank);
+  void enqueue_phase(StepPhase phase);
+  bool ensure_graphs(std::string* why_not);
+  // Mean microseconds per replay of graph set `set` (0: step, 1 + phase),
+  // slowest stream.
+  double replay_us(std::size_t set, int replays);
   // Launches (device) or runs (host) every phase of every rank; marks the
   // phase boundaries with CUDA events or, for the host, clock reads.
   void enqueue_step(bool record_events,
