@@ -11,13 +11,16 @@ namespace helixmla::cuda {
 
 namespace {
 
-// A block combines one row's splits for a slice of its columns: warp w takes
-// splits w, w + 16, ... so that a row with a hundred splits (a few long
-// requests split across the whole GPU) has many loads in flight instead of
-// one chain of dependent iterations; the warps' sums meet in shared memory.
-constexpr int kCombineThreads = 512;
-constexpr int kSplitLanes = kCombineThreads / 32;
-constexpr int kColumnsPerBlock = 32 * 4;  // a float4 per lane
+// A block combines one row's splits for a slice of 128 columns (a float4 per
+// lane) with LANES warps: warp w takes splits w, w + LANES, ... and the warps'
+// sums meet in shared memory. Rows with a hundred splits (a few long requests
+// split across the whole GPU) take 16 warps, so many loads are in flight
+// instead of one chain of dependent iterations; rows with a few splits (many
+// requests, the common case) take one warp, as 16 mostly idle warps per row
+// made such combines several times slower.
+constexpr int kColumnsPerBlock = 32 * 4;
+constexpr int kWideLanes = 16;
+constexpr int kWideFromSplits = 16;
 
 __device__ int find_segment(const SplitSegment* segments, int count, std::int64_t row) {
   int lo = 0;
@@ -36,7 +39,7 @@ __device__ int find_segment(const SplitSegment* segments, int count, std::int64_
 __device__ bool contributes(float m, float l) { return l > 0.0f && m > -INFINITY; }
 
 // Reduces one value per thread over the block; every thread gets the result.
-template <bool kMax>
+template <int LANES, bool kMax>
 __device__ float block_reduce(float value, float* scratch) {
   for (int offset = 16; offset > 0; offset /= 2) {
     const float other = __shfl_xor_sync(0xffffffffu, value, offset);
@@ -46,14 +49,15 @@ __device__ float block_reduce(float value, float* scratch) {
   if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = value;
   __syncthreads();
   value = scratch[0];
-  for (int w = 1; w < kSplitLanes; ++w) value = kMax ? fmaxf(value, scratch[w]) : value + scratch[w];
+  for (int w = 1; w < LANES; ++w) value = kMax ? fmaxf(value, scratch[w]) : value + scratch[w];
   return value;
 }
 
-template <typename Out>
-__global__ void __launch_bounds__(kCombineThreads) split_combine_kernel(SplitCombineArgs args) {
-  __shared__ float reduce_s[kSplitLanes];
-  __shared__ float4 lane_sums_s[kSplitLanes - 1][32];
+template <typename Out, int LANES>
+__global__ void __launch_bounds__(32 * LANES) split_combine_kernel(SplitCombineArgs args) {
+  constexpr int kThreads = 32 * LANES;
+  __shared__ float reduce_s[LANES];
+  __shared__ float4 lane_sums_s[LANES > 1 ? LANES - 1 : 1][32];
   const std::int64_t row = blockIdx.x;
   const SplitSegment seg = args.segments[find_segment(args.segments, args.num_segments, row)];
   const std::int64_t i = row - seg.first_partial_row;
@@ -61,19 +65,19 @@ __global__ void __launch_bounds__(kCombineThreads) split_combine_kernel(SplitCom
   const float* stats = args.partial_stats + first * 2;
 
   float m_max = -INFINITY;
-  for (int s = threadIdx.x; s < seg.splits; s += kCombineThreads) {
+  for (int s = threadIdx.x; s < seg.splits; s += kThreads) {
     if (contributes(stats[2 * s], stats[2 * s + 1])) m_max = fmaxf(m_max, stats[2 * s]);
   }
-  m_max = block_reduce<true>(m_max, reduce_s);
+  m_max = block_reduce<LANES, true>(m_max, reduce_s);
   float l_sum = 0.0f;
   if (m_max > -INFINITY) {
-    for (int s = threadIdx.x; s < seg.splits; s += kCombineThreads) {
+    for (int s = threadIdx.x; s < seg.splits; s += kThreads) {
       const float m = stats[2 * s];
       const float l = stats[2 * s + 1];
       if (contributes(m, l)) l_sum += l * __expf(m - m_max);
     }
   }
-  l_sum = block_reduce<false>(l_sum, reduce_s);
+  l_sum = block_reduce<LANES, false>(l_sum, reduce_s);
   const bool empty = !(l_sum > 0.0f);
   const float inv_sum = empty ? 0.0f : 1.0f / l_sum;
 
@@ -88,7 +92,7 @@ __global__ void __launch_bounds__(kCombineThreads) split_combine_kernel(SplitCom
     float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (d < rank && !empty) {
 #pragma unroll 8
-      for (int s = warp; s < seg.splits; s += kSplitLanes) {
+      for (int s = warp; s < seg.splits; s += LANES) {
         const float m = stats[2 * s];
         const float l = stats[2 * s + 1];
         if (!contributes(m, l)) continue;  // its partial may be unwritten
@@ -103,7 +107,7 @@ __global__ void __launch_bounds__(kCombineThreads) split_combine_kernel(SplitCom
     if (warp > 0) lane_sums_s[warp - 1][lane] = acc;
     __syncthreads();
     if (warp == 0 && d < rank) {
-      for (int w = 0; w < kSplitLanes - 1; ++w) {
+      for (int w = 0; w < LANES - 1; ++w) {
         const float4 other = lane_sums_s[w][lane];
         acc.x += other.x;
         acc.y += other.y;
@@ -114,7 +118,7 @@ __global__ void __launch_bounds__(kCombineThreads) split_combine_kernel(SplitCom
       PairCodec<Out>::store(out, d + 2, acc.z, acc.w);
     }
   } else {
-    for (int d = threadIdx.x; d < rank; d += kCombineThreads) {
+    for (int d = threadIdx.x; d < rank; d += kThreads) {
       float acc = 0.0f;
       for (int s = 0; s < seg.splits && !empty; ++s) {
         const float m = stats[2 * s];
@@ -128,6 +132,15 @@ __global__ void __launch_bounds__(kCombineThreads) split_combine_kernel(SplitCom
   if (args.stats != nullptr && blockIdx.y == 0 && threadIdx.x == 0) {
     args.stats[out_row * 2] = empty ? -INFINITY : m_max;
     args.stats[out_row * 2 + 1] = empty ? 0.0f : l_sum;
+  }
+}
+
+template <typename Out>
+void launch_for(const SplitCombineArgs& args, dim3 grid, cudaStream_t stream) {
+  if (args.max_splits >= kWideFromSplits) {
+    split_combine_kernel<Out, kWideLanes><<<grid, 32 * kWideLanes, 0, stream>>>(args);
+  } else {
+    split_combine_kernel<Out, 1><<<grid, 32, 0, stream>>>(args);
   }
 }
 
@@ -148,10 +161,10 @@ void launch_split_combine(const SplitCombineArgs& args, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(args.total_rows), column_blocks);
   switch (args.out_dtype) {
     case DType::bf16:
-      split_combine_kernel<__nv_bfloat16><<<grid, kCombineThreads, 0, stream>>>(args);
+      launch_for<__nv_bfloat16>(args, grid, stream);
       break;
     case DType::fp16:
-      split_combine_kernel<__half><<<grid, kCombineThreads, 0, stream>>>(args);
+      launch_for<__half>(args, grid, stream);
       break;
     default:
       throw InvalidArgument("out_dtype", -1, std::string(to_string(args.out_dtype)),

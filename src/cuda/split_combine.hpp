@@ -49,6 +49,7 @@ struct SplitCombineArgs {
   const SplitSegment* segments = nullptr;
   std::int32_t num_segments = 0;
   std::int64_t total_rows = 0;  // sum of segments' rows
+  std::int32_t max_splits = 0;  // largest segment's splits: picks the kernel's shape, never its result
 
   const float* partial_out = nullptr;    // [entries, kv_lora_rank]
   const float* partial_stats = nullptr;  // [entries, 2]

@@ -343,42 +343,48 @@ TEST(GenericSplitCombine, MergesSplitsAndIgnoresEmptyOnes) {
   d_partial.upload(partial.data(), d_partial.bytes());
   d_stats.upload(stats.data(), d_stats.bytes());
   DeviceBuffer d_out(out_rows * kRank * 2), d_out_stats(out_rows * 2 * sizeof(float));
-  d_out.fill_bytes(0xff);
-  d_out_stats.fill_bytes(0xff);
+  // The result may not depend on max_splits, which only picks the kernel's
+  // shape: one warp per row slice, or sixteen taking every sixteenth split.
+  for (const std::int32_t max_splits : {0, 64}) {
+    SCOPED_TRACE("max_splits " + std::to_string(max_splits));
+    d_out.fill_bytes(0xff);
+    d_out_stats.fill_bytes(0xff);
 
-  cuda::SplitCombineArgs args;
-  args.segments = static_cast<const cuda::SplitSegment*>(d_segments.data());
-  args.num_segments = 2;
-  args.total_rows = 3;
-  args.partial_out = static_cast<const float*>(d_partial.data());
-  args.partial_stats = static_cast<const float*>(d_stats.data());
-  args.kv_lora_rank = kRank;
-  args.out = d_out.data();
-  args.out_dtype = DType::fp16;
-  args.stats = static_cast<float*>(d_out_stats.data());
-  TestStream stream;
-  cuda::launch_split_combine(args, stream.get());
-  stream.synchronize();
-  std::vector<std::uint16_t> out(out_rows * kRank);
-  std::vector<float> out_stats(out_rows * 2);
-  d_out.download(out.data(), out.size() * 2);
-  d_out_stats.download(out_stats.data(), out_stats.size() * sizeof(float));
+    cuda::SplitCombineArgs args;
+    args.segments = static_cast<const cuda::SplitSegment*>(d_segments.data());
+    args.num_segments = 2;
+    args.total_rows = 3;
+    args.max_splits = max_splits;
+    args.partial_out = static_cast<const float*>(d_partial.data());
+    args.partial_stats = static_cast<const float*>(d_stats.data());
+    args.kv_lora_rank = kRank;
+    args.out = d_out.data();
+    args.out_dtype = DType::fp16;
+    args.stats = static_cast<float*>(d_out_stats.data());
+    TestStream stream;
+    cuda::launch_split_combine(args, stream.get());
+    stream.synchronize();
+    std::vector<std::uint16_t> out(out_rows * kRank);
+    std::vector<float> out_stats(out_rows * 2);
+    d_out.download(out.data(), out.size() * 2);
+    d_out_stats.download(out_stats.data(), out_stats.size() * sizeof(float));
 
-  for (std::int64_t row : {0, 3, 4}) {
-    std::vector<double> want(expected_out.begin() + row * kRank, expected_out.begin() + (row + 1) * kRank);
-    const Comparison c = compare(out.data() + row * kRank, DType::fp16, want);
-    if (row == 0) {
-      EXPECT_EQ(c.non_finite, 0) << "row 0 must be zeros";
-      EXPECT_EQ(c.max_abs_err, 0.0) << "row 0 must be zeros";
-    } else {
-      EXPECT_TRUE(c.within(1e-3)) << "row " << row << ": " << c.rel_l2_err << ", non-finite " << c.non_finite;
-    }
-    if (row == 0) {
-      EXPECT_EQ(out_stats[0], -INFINITY);
-      EXPECT_EQ(out_stats[1], 0.0f);
-    } else {
-      EXPECT_NEAR(out_stats[row * 2], expected_stats[row * 2], 1e-5);
-      EXPECT_NEAR(out_stats[row * 2 + 1], expected_stats[row * 2 + 1], 1e-4 * expected_stats[row * 2 + 1]);
+    for (std::int64_t row : {0, 3, 4}) {
+      std::vector<double> want(expected_out.begin() + row * kRank, expected_out.begin() + (row + 1) * kRank);
+      const Comparison c = compare(out.data() + row * kRank, DType::fp16, want);
+      if (row == 0) {
+        EXPECT_EQ(c.non_finite, 0) << "row 0 must be zeros";
+        EXPECT_EQ(c.max_abs_err, 0.0) << "row 0 must be zeros";
+      } else {
+        EXPECT_TRUE(c.within(1e-3)) << "row " << row << ": " << c.rel_l2_err << ", non-finite " << c.non_finite;
+      }
+      if (row == 0) {
+        EXPECT_EQ(out_stats[0], -INFINITY);
+        EXPECT_EQ(out_stats[1], 0.0f);
+      } else {
+        EXPECT_NEAR(out_stats[row * 2], expected_stats[row * 2], 1e-5);
+        EXPECT_NEAR(out_stats[row * 2 + 1], expected_stats[row * 2 + 1], 1e-4 * expected_stats[row * 2 + 1]);
+      }
     }
   }
 }
