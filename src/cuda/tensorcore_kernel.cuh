@@ -241,24 +241,35 @@ __device__ __forceinline__ void pin_registers(float (&r)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
+// The same for A fragments, which a wgmma reads from registers while in flight.
+template <int K, int N>
+__device__ __forceinline__ void pin_registers(unsigned (&r)[K][N]) {
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[k][i])::"memory");
+}
 
-// S partial: D[64 x 32] += A[64 x 16] B[32 x 16]^T, both K-major in shared memory.
+// S partial: D[64 x 32] (+)= A[64 x 16] B[32 x 16]^T, both K-major in shared
+// memory; `accumulate` 0 overwrites D, so D needs no zeroing by ordinary
+// instructions (which, with another wgmma in flight, would make ptxas
+// serialise the wgmma pipeline).
 template <int ELEM>
-__device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], u64 desc_a, u64 desc_b) {
+__device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], u64 desc_a, u64 desc_b, int accumulate) {
   if constexpr (ELEM == kElemBf16) {
     asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
         "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "l"(desc_a), "l"(desc_b));
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
   } else {
     asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
         "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "l"(desc_a), "l"(desc_b));
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
   }
 }
 
@@ -426,51 +437,19 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
 #pragma unroll
   for (int i = 0; i < MT * 32; ++i) acc[i] = 0.0f;
 
-  for (int it = 0; it < n_tiles; ++it) {
-    cp_async_wait<C::kStages - 2>();
-    if constexpr (C::kWgmma) fence_proxy_async();
-    __syncthreads();
-    {
-      const int next = it + C::kStages - 1;
-      if (next < n_tiles) load_tile(next_slot, next % C::kStages);
-      cp_async_commit();
-      next_slot = slot_of(next + 1);
-    }
-    unsigned char* stage = stage_s + (it % C::kStages) * C::kStageBytes;
-    const unsigned char* kv = stage;
-    if constexpr (KV == kKvFp8) {  // widen this thread's share of the tile
-#pragma unroll
-      for (int k = 0; k < (kHeadDim / 16 + 7) / 8; ++k) {
-        const int c = sub + 8 * k;
-        if (c < kHeadDim / 16) {
-          const uint4 raw = *reinterpret_cast<const uint4*>(kv + load_tok * kHeadDim + c * 16);
-          const u32 words[4] = {raw.x, raw.y, raw.z, raw.w};
-          u32 wide[8];
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            wide[2 * i] = widen_fp8x2<ELEM>(words[i] & 0xffffu);
-            wide[2 * i + 1] = widen_fp8x2<ELEM>(words[i] >> 16);
-          }
-          *reinterpret_cast<uint4*>(wide_s + swizzled(T, load_tok, 2 * c)) =
-              make_uint4(wide[0], wide[1], wide[2], wide[3]);
-          *reinterpret_cast<uint4*>(wide_s + swizzled(T, load_tok, 2 * c + 1)) =
-              make_uint4(wide[4], wide[5], wide[6], wide[7]);
-        }
-      }
-      if constexpr (C::kWgmma) fence_proxy_async();
-      __syncthreads();
-      kv = wide_s;
-    }
-    unsigned char* scratch = C::kScratchInStage ? stage : smem + C::kSOffset;
-
-    if constexpr (C::kWgmma) {  // S partial sums of this warpgroup over its half of the reduction
+  // wgmma engine, split into its steps so that bf16/fp16 KV can overlap them
+  // across tiles: S(it + 1) is issued right behind P V(it) instead of after
+  // P V(it) has completed, so the tensor cores run both back to back and one
+  // round trip of wgmma issue and wait per tile disappears. fp8 keeps the
+  // serial order: its single widened tile would be overwritten for S(it + 1)
+  // while P V(it) still reads it.
+  constexpr bool kOverlap = C::kWgmma && KV != kKvFp8;
+  float s_acc[16];    // this warpgroup's S partial sum, then the whole S tile
+  u32 pa[T / 16][4];  // P as wgmma A fragments, read by P V while it is in flight
+  // S partial sum over this warpgroup's half of the reduction, issued, not awaited.
+  auto issue_s = [&](const unsigned char* kv) {
+    if constexpr (C::kWgmma) {  // wgmma exists on sm_90a only
       const u64 k_desc = smem_desc(kv + wg * 32, 16, 1024);
-      // V N-major: 64-column blocks T * 128 bytes apart, 8-token groups 1024.
-      const u64 v_desc = smem_desc(kv + (4 * wg) * (T * 128), T * 128, 1024);
-      float s_acc[16];
-#pragma unroll
-      for (int i = 0; i < 16; ++i) s_acc[i] = 0.0f;
-      pin_registers(s_acc);
       wgmma_fence();
 #pragma unroll
       for (int i = 0; i < C::kKSteps; ++i) {
@@ -480,33 +459,49 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
         // otherwise outnumbers the MMAs and starves the tensor cores).
         const u64 da = q_desc + static_cast<u64>(((i >> 1) * (M * 128) + (i & 1) * 64) >> 4);
         const u64 db = k_desc + static_cast<u64>(((i >> 1) * (T * 128) + (i & 1) * 64) >> 4);
-        wgmma_m64n32k16_ss<ELEM>(s_acc, da, db);
+        wgmma_m64n32k16_ss<ELEM>(s_acc, da, db, i > 0);
       }
       wgmma_commit();
-      wgmma_wait_all();
-      pin_registers(s_acc);
-      // The two partial sums meet in shared memory in fragment order (thread
-      // t of one warpgroup holds the same elements as thread t of the other),
-      // so both warpgroups end up with the whole S tile in registers.
-      float4* exchange = reinterpret_cast<float4*>(scratch);
-      const int wg_tid = tid & 127;
+    }
+  };
+  // The two partial sums meet in shared memory in fragment order (thread t
+  // of one warpgroup holds the same elements as thread t of the other), so
+  // both warpgroups end up with the whole S tile in registers. Contains a
+  // block barrier.
+  auto add_other_s_half = [&](unsigned char* scratch) {
+    float4* exchange = reinterpret_cast<float4*>(scratch);
+    const int wg_tid = tid & 127;
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        exchange[(wg * 4 + q) * 128 + wg_tid] =
-            make_float4(s_acc[4 * q], s_acc[4 * q + 1], s_acc[4 * q + 2], s_acc[4 * q + 3]);
-      }
+    for (int q = 0; q < 4; ++q) {
+      exchange[(wg * 4 + q) * 128 + wg_tid] =
+          make_float4(s_acc[4 * q], s_acc[4 * q + 1], s_acc[4 * q + 2], s_acc[4 * q + 3]);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const float4 other = exchange[((wg ^ 1) * 4 + q) * 128 + wg_tid];
+      s_acc[4 * q] += other.x;
+      s_acc[4 * q + 1] += other.y;
+      s_acc[4 * q + 2] += other.z;
+      s_acc[4 * q + 3] += other.w;
+    }
+  };
+  // Issues the copy of the tile kStages - 1 ahead of `it` (into the stage of
+  // tile it - 1, which no thread reads any more) and looks up the next slot.
+  auto load_ahead = [&](int it) {
+    const int next = it + C::kStages - 1;
+    if (next < n_tiles) load_tile(next_slot, next % C::kStages);
+    cp_async_commit();
+    next_slot = slot_of(next + 1);
+  };
+  // Online softmax of tile `it` on the whole S tile in registers, then
+  // P V issued into this warpgroup's 256 output columns, not awaited.
+  auto softmax_and_issue_pv = [&](const unsigned char* kv, int it) {
+    if constexpr (C::kWgmma) {
+      // V N-major: 64-column blocks T * 128 bytes apart, 8-token groups 1024.
+      const u64 v_desc = smem_desc(kv + (4 * wg) * (T * 128), T * 128, 1024);
       const int bound_lo = bound_s[wg_row];
       const int bound_hi = bound_s[wg_row + 8];
-      __syncthreads();
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const float4 other = exchange[((wg ^ 1) * 4 + q) * 128 + wg_tid];
-        s_acc[4 * q] += other.x;
-        s_acc[4 * q + 1] += other.y;
-        s_acc[4 * q + 2] += other.z;
-        s_acc[4 * q + 3] += other.w;
-      }
-
       // Online softmax of rows wg_row (elements 4 j + e) and wg_row + 8
       // (4 j + 2 + e), tokens 8 j + 2 c4 + e; the four threads of a quad share
       // the rows. Both warpgroups compute the same values; l stays a
@@ -564,7 +559,6 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
           acc[4 * j + 3] *= alpha_hi;
         }
       }
-      u32 pa[T / 16][4];
 #pragma unroll
       for (int kk = 0; kk < T / 16; ++kk) {
 #pragma unroll
@@ -578,8 +572,72 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
         wgmma_m64n256k16_rs<ELEM>(acc, pa[kk], dv);
       }
       wgmma_commit();
+    }
+  };
+
+  for (int it = 0; it < n_tiles; ++it) {
+    if constexpr (kOverlap) {
+      if (it == 0) {
+        cp_async_wait<C::kStages - 2>();
+        fence_proxy_async();
+        __syncthreads();
+        issue_s(stage_s);
+      }
+      wgmma_wait_all();  // S(it) and P V(it - 1)
+      pin_registers(s_acc);
+      pin_registers(acc);
+      pin_registers(pa);
+      add_other_s_half(smem + C::kSOffset);
+      load_ahead(it);  // past the barrier, every P V(it - 1) has completed
+      softmax_and_issue_pv(stage_s + (it % C::kStages) * C::kStageBytes, it);
+      if (it + 1 < n_tiles) {
+        cp_async_wait<C::kStages - 2>();
+        fence_proxy_async();
+        __syncthreads();
+        issue_s(stage_s + ((it + 1) % C::kStages) * C::kStageBytes);
+      }
+      continue;
+    }
+    cp_async_wait<C::kStages - 2>();
+    if constexpr (C::kWgmma) fence_proxy_async();
+    __syncthreads();
+    load_ahead(it);
+    unsigned char* stage = stage_s + (it % C::kStages) * C::kStageBytes;
+    const unsigned char* kv = stage;
+    if constexpr (KV == kKvFp8) {  // widen this thread's share of the tile
+#pragma unroll
+      for (int k = 0; k < (kHeadDim / 16 + 7) / 8; ++k) {
+        const int c = sub + 8 * k;
+        if (c < kHeadDim / 16) {
+          const uint4 raw = *reinterpret_cast<const uint4*>(kv + load_tok * kHeadDim + c * 16);
+          const u32 words[4] = {raw.x, raw.y, raw.z, raw.w};
+          u32 wide[8];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            wide[2 * i] = widen_fp8x2<ELEM>(words[i] & 0xffffu);
+            wide[2 * i + 1] = widen_fp8x2<ELEM>(words[i] >> 16);
+          }
+          *reinterpret_cast<uint4*>(wide_s + swizzled(T, load_tok, 2 * c)) =
+              make_uint4(wide[0], wide[1], wide[2], wide[3]);
+          *reinterpret_cast<uint4*>(wide_s + swizzled(T, load_tok, 2 * c + 1)) =
+              make_uint4(wide[4], wide[5], wide[6], wide[7]);
+        }
+      }
+      if constexpr (C::kWgmma) fence_proxy_async();
+      __syncthreads();
+      kv = wide_s;
+    }
+    unsigned char* scratch = C::kScratchInStage ? stage : smem + C::kSOffset;
+
+    if constexpr (C::kWgmma) {
+      issue_s(kv);
+      wgmma_wait_all();
+      pin_registers(s_acc);
+      add_other_s_half(scratch);
+      softmax_and_issue_pv(kv, it);
       wgmma_wait_all();
       pin_registers(acc);
+      pin_registers(pa);
     } else {  // S partial sums of this warp into s_buf[s_wk]
       float* s_buf = reinterpret_cast<float*>(scratch);
       unsigned char* p_s = scratch + (C::kScratchInStage ? C::kSBytes : C::kPOffset - C::kSOffset);
@@ -717,6 +775,11 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
         }
       }
     }
+  }
+  if constexpr (kOverlap) {  // the last P V
+    wgmma_wait_all();
+    pin_registers(acc);
+    pin_registers(pa);
   }
   cp_async_wait<0>();
 
