@@ -442,8 +442,10 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   // P V(it) has completed, so the tensor cores run both back to back and one
   // round trip of wgmma issue and wait per tile disappears. fp8 keeps the
   // serial order: its single widened tile would be overwritten for S(it + 1)
-  // while P V(it) still reads it.
-  constexpr bool kOverlap = C::kWgmma && KV != kKvFp8;
+  // while P V(it) still reads it. So do pages under 16 tokens: with
+  // token-granular pages the overlap measured 17% slower (cause not yet
+  // understood, bench/RESULTS.md), while 32-128 token pages gained 4-7%.
+  constexpr bool kOverlap = C::kWgmma && KV != kKvFp8 && PAGE >= 16;
   float s_acc[16];    // this warpgroup's S partial sum, then the whole S tile
   u32 pa[T / 16][4];  // P as wgmma A fragments, read by P V while it is in flight
   // S partial sum over this warpgroup's half of the reduction, issued, not awaited.
