@@ -15,6 +15,8 @@ DType default_q_dtype(DType kv_dtype) {
   return kv_dtype == DType::fp16 ? DType::fp16 : DType::bf16;
 }
 
+float default_kv_scale(DType kv_dtype) { return kv_dtype == DType::fp8_e4m3 ? 1.0f / 64.0f : 1.0f; }
+
 namespace {
 
 void fill_random(std::vector<std::byte>& buffer, DType dtype, std::int64_t count, float amplitude,

@@ -32,6 +32,11 @@ struct BatchSpec {
 // Default Q dtype for a KV dtype: bf16 unless the cache is fp16.
 DType default_q_dtype(DType kv_dtype);
 
+// Default KV scale for a KV dtype: 1/64 for fp8, so that the dequantisation
+// scale is exercised and values in [-1, 1] are stored up to 64, well inside
+// e4m3's range with its full 3-bit mantissa; 1 otherwise.
+float default_kv_scale(DType kv_dtype);
+
 class SyntheticBatch {
  public:
   explicit SyntheticBatch(const BatchSpec& spec);

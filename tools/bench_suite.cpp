@@ -76,7 +76,7 @@ testing::BatchSpec batch_spec_of(const BenchCase& c, std::uint64_t seed) {
   spec.page_size = c.page_size;
   spec.kv_dtype = c.kv_dtype;
   spec.q_dtype = testing::default_q_dtype(c.kv_dtype);
-  spec.kv_scale = c.kv_dtype == DType::fp8_e4m3 ? 1.0f / 64.0f : 1.0f;
+  spec.kv_scale = testing::default_kv_scale(c.kv_dtype);
   spec.seed = seed;
   spec.spare_pages = 0;
   return spec;

@@ -62,7 +62,7 @@ testing::BatchSpec to_batch_spec(const ProblemFlags& flags, bool allocate_tensor
   spec.page_size = flags.page_size;
   spec.kv_dtype = *parse_dtype(flags.kv_dtype);
   spec.q_dtype = testing::default_q_dtype(spec.kv_dtype);
-  spec.kv_scale = spec.kv_dtype == DType::fp8_e4m3 ? 1.0f / 64.0f : 1.0f;
+  spec.kv_scale = testing::default_kv_scale(spec.kv_dtype);
   spec.stats = flags.stats;
   spec.seed = flags.seed;
   spec.allocate_tensors = allocate_tensors;

@@ -63,7 +63,7 @@ CellResult execute_cell(const Backend& backend, const Cell& cell, const SweepSpa
   spec.heads = cell.shape.num_heads;
   spec.kv_dtype = cell.shape.kv_dtype;
   spec.q_dtype = cell.shape.q_dtype;
-  spec.kv_scale = spec.kv_dtype == DType::fp8_e4m3 ? 1.0f / 64.0f : 1.0f;
+  spec.kv_scale = testing::default_kv_scale(spec.kv_dtype);
   spec.page_size = cell.shape.page_size;
   spec.generations = cell.shape.phase == PhaseKind::generation || cell.mixed ? space.generations : 0;
   spec.q_len = cell.shape.phase == PhaseKind::generation ? cell.shape.q_len : 1;

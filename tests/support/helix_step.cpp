@@ -38,7 +38,7 @@ BatchSpec batch_spec_of(const HelixStepCase& c, std::uint64_t seed) {
   spec.page_size = c.page_size;
   spec.kv_dtype = c.kv_dtype;
   spec.q_dtype = default_q_dtype(c.kv_dtype);
-  spec.kv_scale = c.kv_dtype == DType::fp8_e4m3 ? 1.0f / 64.0f : 1.0f;
+  spec.kv_scale = default_kv_scale(c.kv_dtype);
   spec.seed = seed;
   return spec;
 }

@@ -212,7 +212,7 @@ TEST(HelixInProcessAppend, OwnersWriteTheStepsRowsThenAttentionMatches) {
     spec.kv_len = {34, 65, 100};
     spec.page_size = 32;
     spec.kv_dtype = kv_dtype;
-    spec.kv_scale = kv_dtype == DType::fp8_e4m3 ? 1.0f / 64.0f : 1.0f;
+    spec.kv_scale = testing::default_kv_scale(kv_dtype);
     testing::SyntheticBatch batch(spec);
     const Problem global = batch.problem();
     const std::int32_t cp = 3, width = spec.dims.head_dim();

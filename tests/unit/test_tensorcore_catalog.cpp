@@ -194,13 +194,18 @@ void expect_plan_covers(const Problem& p, const TensorcorePlan& plan) {
   EXPECT_GE(plan.workspace_bytes, plan.metadata_bytes + static_cast<std::size_t>(entries) * 2056);
 }
 
-TEST(TensorcorePlan, OneLongRequestIsSplitToFillTheGpu) {
+// Decode requests of equal length, metadata only: plans need no tensors.
+testing::BatchSpec decode_metadata(std::int32_t heads, std::int32_t generations, std::int32_t kv_len) {
   testing::BatchSpec spec;
-  spec.heads = 128;
-  spec.generations = 1;
-  spec.kv_len = {32768};
+  spec.heads = heads;
+  spec.generations = generations;
+  spec.kv_len = {kv_len};
   spec.allocate_tensors = false;
-  testing::SyntheticBatch batch(spec);
+  return spec;
+}
+
+TEST(TensorcorePlan, OneLongRequestIsSplitToFillTheGpu) {
+  testing::SyntheticBatch batch(decode_metadata(128, 1, 32768));
   const Problem p = batch.problem();
   const TensorcorePlan plan = plan_tensorcore(p, 64, 132);
   EXPECT_GE(plan.items.size(), 100u);
@@ -211,12 +216,7 @@ TEST(TensorcorePlan, OneLongRequestIsSplitToFillTheGpu) {
 // Two 1M-token requests of 16 heads: 64 splits each would leave half of 264
 // block slots idle.
 TEST(TensorcorePlan, FewVeryLongRequestsFillEveryBlockSlot) {
-  testing::BatchSpec spec;
-  spec.heads = 16;
-  spec.generations = 2;
-  spec.kv_len = {1048576};
-  spec.allocate_tensors = false;
-  testing::SyntheticBatch batch(spec);
+  testing::SyntheticBatch batch(decode_metadata(16, 2, 1048576));
   const Problem p = batch.problem();
   const TensorcorePlan plan = plan_tensorcore(p, 16, 264);
   EXPECT_GE(plan.items.size(), 264u);
@@ -226,12 +226,7 @@ TEST(TensorcorePlan, FewVeryLongRequestsFillEveryBlockSlot) {
 }
 
 TEST(TensorcorePlan, ManyEqualRequestsAreNotSplit) {
-  testing::BatchSpec spec;
-  spec.heads = 128;
-  spec.generations = 128;
-  spec.kv_len = {4096};
-  spec.allocate_tensors = false;
-  testing::SyntheticBatch batch(spec);
+  testing::SyntheticBatch batch(decode_metadata(128, 128, 4096));
   const Problem p = batch.problem();
   const TensorcorePlan plan = plan_tensorcore(p, 64, 132);
   EXPECT_EQ(plan.items.size(), 256u);
