@@ -223,7 +223,9 @@ int run_helix_command(const ProblemFlags& flags, int cp, const std::vector<int>&
   const double step_us = graph_us.value_or(median(total));
   std::optional<double> speedup, steady_speedup;
   if (baseline.us && step_us > 0.0) speedup = *baseline.us / step_us;
-  if (baseline.steady_us && steady) steady_speedup = *baseline.steady_us / steady->total_us;
+  if (baseline.steady_us && steady && steady->total_us > 0.0) {
+    steady_speedup = *baseline.steady_us / steady->total_us;
+  }
   const std::string backends = driver.backends();
 
   if (json) {

@@ -67,6 +67,7 @@ std::vector<std::int64_t> split_candidates(std::size_t units, std::int32_t slots
 
 // The split chunk (in KV tiles) that finishes soonest; no split when none helps.
 std::int64_t choose_chunk(const std::vector<Unit>& units, std::int32_t slots) {
+  if (units.empty()) return 1;
   std::int64_t longest = 0;
   for (const Unit& u : units) longest = std::max(longest, u.tiles());
   std::int64_t best_chunk = std::max<std::int64_t>(longest, 1);

@@ -444,81 +444,95 @@ HelixStepTimes HelixDriver::step() {
 namespace {
 
 // Captures what `body` enqueues on each stream into one graph per stream.
-// Returns the failure, empty on success (then `set` holds the executables).
+// Returns the failure, empty on success (then `set` holds the executables);
+// streams whose capture began are always taken out of capture mode again.
 template <typename Captured, typename Body>
 std::string capture_graphs(std::vector<Captured>& set, Body body) {
-  for (auto& c : set) {
-    HELIXMLA_CUDA_CHECK(cudaSetDevice(c.device));
-    HELIXMLA_CUDA_CHECK(cudaStreamBeginCapture(static_cast<cudaStream_t>(c.stream),
-                                               cudaStreamCaptureModeThreadLocal));
-  }
   std::string failure;
-  try {
-    body();
-  } catch (const std::exception& e) {
-    failure = e.what();
+  std::size_t begun = 0;
+  for (; begun < set.size(); ++begun) {
+    cudaSetDevice(set[begun].device);
+    const cudaError_t began = cudaStreamBeginCapture(static_cast<cudaStream_t>(set[begun].stream),
+                                                     cudaStreamCaptureModeThreadLocal);
+    if (began != cudaSuccess) {
+      failure = std::string("cudaStreamBeginCapture: ") + cudaGetErrorString(began);
+      break;
+    }
   }
-  std::vector<cudaGraph_t> graphs;
-  for (auto& c : set) {
-    HELIXMLA_CUDA_CHECK(cudaSetDevice(c.device));
-    cudaGraph_t graph = nullptr;
-    const cudaError_t end = cudaStreamEndCapture(static_cast<cudaStream_t>(c.stream), &graph);
+  if (failure.empty()) {
+    try {
+      body();
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  }
+  std::vector<cudaGraph_t> graphs(set.size(), nullptr);
+  for (std::size_t i = 0; i < begun; ++i) {
+    cudaSetDevice(set[i].device);
+    const cudaError_t end = cudaStreamEndCapture(static_cast<cudaStream_t>(set[i].stream), &graphs[i]);
     if (end != cudaSuccess && failure.empty()) {
       failure = std::string("cudaStreamEndCapture: ") + cudaGetErrorString(end);
     }
-    graphs.push_back(graph);
   }
   for (std::size_t i = 0; i < set.size(); ++i) {
     if (graphs[i] == nullptr) continue;
     if (failure.empty()) {
-      HELIXMLA_CUDA_CHECK(cudaSetDevice(set[i].device));
+      cudaSetDevice(set[i].device);
       const cudaError_t made = cudaGraphInstantiate(&set[i].exec, graphs[i], 0);
       if (made != cudaSuccess) failure = std::string("cudaGraphInstantiate: ") + cudaGetErrorString(made);
     }
     cudaGraphDestroy(graphs[i]);
   }
-  if (!failure.empty()) cudaGetLastError();
+  if (!failure.empty()) {
+    for (Captured& c : set) {
+      if (c.exec) cudaGraphExecDestroy(c.exec);
+      c.exec = nullptr;
+    }
+    cudaGetLastError();
+  }
   return failure;
 }
 
 }  // namespace
 #endif
 
-bool HelixDriver::ensure_graphs(std::string* why_not) {
-  if (graphs_) return true;
+bool HelixDriver::ensure_graphs(std::size_t set, std::string* why_not) {
   if (options_.mode == HelixMode::host) {
     if (why_not != nullptr) *why_not = "host mode has no CUDA graphs";
     return false;
   }
 #if defined(HELIXMLA_WITH_CUDA)
-  auto graphs = std::make_unique<Graphs>();
-  std::vector<Graphs::Captured> owned;
-  for (const auto& rank : ranks_) {
-    if (!rank->owns_stream) continue;
-    owned.push_back(Graphs::Captured{rank->stream, rank->where.device, nullptr});
-    Graphs::Timers t;
-    HELIXMLA_CUDA_CHECK(cudaSetDevice(rank->where.device));
-    HELIXMLA_CUDA_CHECK(cudaEventCreate(&t.start));
-    HELIXMLA_CUDA_CHECK(cudaEventCreate(&t.stop));
-    graphs->timers.push_back(t);
-  }
-  for (std::size_t k = 0; k < graphs->sets.size(); ++k) {
-    graphs->sets[k] = owned;
-    const std::string failure = capture_graphs(graphs->sets[k], [&] {
-      if (k == 0) {
-        enqueue_step(false, nullptr);
-      } else {
-        enqueue_phase(static_cast<StepPhase>(k - 1));
+  if (!graphs_) {
+    auto graphs = std::make_unique<Graphs>();
+    for (const auto& rank : ranks_) {
+      if (!rank->owns_stream) continue;
+      for (auto& captured : graphs->sets) {
+        captured.push_back(Graphs::Captured{rank->stream, rank->where.device, nullptr});
       }
-    });
-    if (!failure.empty()) {
-      if (why_not != nullptr) *why_not = "capture failed: " + failure;
-      return false;
+      Graphs::Timers& t = graphs->timers.emplace_back();
+      HELIXMLA_CUDA_CHECK(cudaSetDevice(rank->where.device));
+      HELIXMLA_CUDA_CHECK(cudaEventCreate(&t.start));
+      HELIXMLA_CUDA_CHECK(cudaEventCreate(&t.stop));
     }
+    graphs_ = std::move(graphs);
   }
-  graphs_ = std::move(graphs);
-  return true;
+  if (graphs_->sets[set].empty()) {
+    if (why_not != nullptr) *why_not = "no rank of this process owns a stream";
+    return false;
+  }
+  if (graphs_->sets[set].front().exec != nullptr) return true;
+  const std::string failure = capture_graphs(graphs_->sets[set], [&] {
+    if (set == 0) {
+      enqueue_step(false, nullptr);
+    } else {
+      enqueue_phase(static_cast<StepPhase>(set - 1));
+    }
+  });
+  if (failure.empty()) return true;
+  if (why_not != nullptr) *why_not = "capture failed: " + failure;
+  return false;
 #else
+  (void)set;
   if (why_not != nullptr) *why_not = "this build has no CUDA support";
   return false;
 #endif
@@ -563,18 +577,23 @@ double HelixDriver::replay_us(std::size_t set, int replays) {
 }
 
 std::optional<double> HelixDriver::graph_step_us(std::string* why_not) {
-  if (!ensure_graphs(why_not)) return std::nullopt;
+  if (!ensure_graphs(0, why_not)) return std::nullopt;
   return replay_us(0, 1);
 }
 
 std::optional<HelixStepTimes> HelixDriver::graph_steady_times(int replays, std::string* why_not) {
-  if (!ensure_graphs(why_not)) return std::nullopt;
   replays = std::max(replays, 1);
+  std::array<double, 4> us{};
+  for (std::size_t set = 0; set < us.size(); ++set) {
+    if (!ensure_graphs(set, why_not)) return std::nullopt;
+    replay_us(set, 1);  // warm-up: a graph's first launch also uploads it
+    us[set] = replay_us(set, replays);
+  }
   HelixStepTimes times;
-  times.total_us = replay_us(0, replays);
-  times.attention_us = replay_us(1 + static_cast<std::size_t>(StepPhase::attention), replays);
-  times.exchange_us = replay_us(1 + static_cast<std::size_t>(StepPhase::exchange), replays);
-  times.combine_us = replay_us(1 + static_cast<std::size_t>(StepPhase::combine), replays);
+  times.total_us = us[0];
+  times.attention_us = us[1 + static_cast<std::size_t>(StepPhase::attention)];
+  times.exchange_us = us[1 + static_cast<std::size_t>(StepPhase::exchange)];
+  times.combine_us = us[1 + static_cast<std::size_t>(StepPhase::combine)];
   return times;
 }
 

@@ -89,7 +89,8 @@ class HelixDriver {
   enum class StepPhase : std::uint8_t { attention, exchange, combine };
   static void select_device(const Rank& rank);
   void enqueue_phase(StepPhase phase);
-  bool ensure_graphs(std::string* why_not);
+  // Captures graph set `set` (0: step, 1 + phase) on first use.
+  bool ensure_graphs(std::size_t set, std::string* why_not);
   // Mean microseconds per replay of graph set `set` (0: step, 1 + phase),
   // slowest stream.
   double replay_us(std::size_t set, int replays);

@@ -225,6 +225,18 @@ TEST(TensorcorePlan, FewVeryLongRequestsFillEveryBlockSlot) {
   expect_plan_covers(p, plan);
 }
 
+// The runtime never plans an empty phase, but a direct call must not divide
+// by the number of row tiles.
+TEST(TensorcorePlan, AnEmptyPhasePlansNothing) {
+  testing::BatchSpec spec = decode_metadata(16, 0, 64);
+  spec.contexts = 0;
+  testing::SyntheticBatch batch(spec);
+  const TensorcorePlan plan = plan_tensorcore(batch.problem(), 16, 264);
+  EXPECT_TRUE(plan.items.empty());
+  EXPECT_TRUE(plan.segments.empty());
+  EXPECT_EQ(plan.entries, 0);
+}
+
 TEST(TensorcorePlan, ManyEqualRequestsAreNotSplit) {
   testing::SyntheticBatch batch(decode_metadata(128, 128, 4096));
   const Problem p = batch.problem();
