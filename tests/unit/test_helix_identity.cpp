@@ -94,10 +94,8 @@ std::vector<Part> split(const HelixCase& c, const Problem& whole) {
   return parts;
 }
 
-class HelixIdentity : public ::testing::TestWithParam<HelixCase> {};
-
-TEST_P(HelixIdentity, CombinedPartsMatchTheWholeSequence) {
-  const HelixCase& c = GetParam();
+// One request of the case's shape, with statistics.
+testing::BatchSpec spec_of(const HelixCase& c) {
   testing::BatchSpec spec;
   spec.dims = c.dims;
   spec.heads = c.heads;
@@ -107,8 +105,16 @@ TEST_P(HelixIdentity, CombinedPartsMatchTheWholeSequence) {
   spec.page_size = c.page_size;
   spec.kv_dtype = c.kv_dtype;
   spec.q_dtype = testing::default_q_dtype(c.kv_dtype);
-  spec.kv_scale = 0.05f;
   spec.stats = true;
+  return spec;
+}
+
+class HelixIdentity : public ::testing::TestWithParam<HelixCase> {};
+
+TEST_P(HelixIdentity, CombinedPartsMatchTheWholeSequence) {
+  const HelixCase& c = GetParam();
+  testing::BatchSpec spec = spec_of(c);
+  spec.kv_scale = 0.05f;
   spec.seed = 0x5eed + c.kv_len;
   testing::SyntheticBatch batch(spec);
   const Problem whole = batch.problem();
@@ -168,16 +174,7 @@ TEST_P(HelixIdentity, CombinedPartsMatchTheWholeSequence) {
 // A part whose bounds are all zero adds nothing: its statistics are (-inf, 0).
 TEST_P(HelixIdentity, EmptyPartsReportNoMass) {
   const HelixCase& c = GetParam();
-  testing::BatchSpec spec;
-  spec.dims = c.dims;
-  spec.heads = c.heads;
-  spec.generations = 1;
-  spec.q_len = c.q_len;
-  spec.kv_len = {c.kv_len};
-  spec.page_size = c.page_size;
-  spec.kv_dtype = c.kv_dtype;
-  spec.q_dtype = testing::default_q_dtype(c.kv_dtype);
-  spec.stats = true;
+  testing::BatchSpec spec = spec_of(c);
   testing::SyntheticBatch batch(spec);
   std::vector<Part> parts = split(c, batch.problem());
   for (Part& part : parts) {
