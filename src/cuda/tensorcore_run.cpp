@@ -13,6 +13,7 @@
 #include "cuda/cuda_check.hpp"
 #include "cuda/device_guard.hpp"
 #include "cuda/run_memory.hpp"
+#include "cuda/sm_count.hpp"
 #include "cuda/split_combine.hpp"
 #include "cuda/tensorcore_jit.hpp"
 #include "cuda/tensorcore_kernel.cuh"
@@ -95,10 +96,7 @@ class TensorcoreRun final : public PreparedRun {
 };
 
 std::int32_t parallel_blocks(const Problem& phase, const TensorcoreVariant& variant) {
-  int sms = 0;
-  HELIXMLA_CUDA_CHECK(
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, phase.location.device));
-  return sms * variant.blocks_per_sm();
+  return device_sm_count(phase.location.device) * variant.blocks_per_sm();
 }
 
 }  // namespace
