@@ -70,6 +70,8 @@ if step helix; then
     helix_run kimi-cp2-verify --cp 2 --devices 0,1 --heads 48 --page-size 64 --batch 4 --kv-len 4096 --q-len 4 --kv-dtype fp8
     helix_run case7-cp2 --cp 2 --devices 0,1 --heads 16 --batch 8 --kv-len 131072 --page-size 64
     helix_run 1m-cp2 --cp 2 --devices 0,1 --heads 16 --batch 2 --kv-len 1048576 --page-size 64
+    helix_run case7-cp2-peer --cp 2 --devices 0,1 --exchange peer --heads 16 --batch 8 --kv-len 131072 --page-size 64
+    helix_run 1m-cp2-peer --cp 2 --devices 0,1 --exchange peer --heads 16 --batch 2 --kv-len 1048576 --page-size 64
   fi
   summary+=("[helix done at $(elapsed) s]")
 fi
@@ -92,6 +94,12 @@ if step sanitize; then
     rc=$?
     summary+=("compute-sanitizer $tool ($filter): exit $rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize-$tool.log" | tail -1), $(grep -E '^\[  (PASSED|FAILED)' "$out/sanitize-$tool.log" | head -2 | tr '\n' ' ') [$(elapsed) s]")
   done
+  if [ "$gpus" -ge 2 ]; then
+    # The peer exchange kernel stores into the other GPU's memory.
+    timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/helixmla_multigpu_tests" \
+      --gtest_filter='HelixPeer.*:HelixPeerStep.*decode_bf16*' >"$out/sanitize-peer.log" 2>&1
+    summary+=("compute-sanitizer memcheck (peer exchange): exit $?, $(grep -E 'ERROR SUMMARY' "$out/sanitize-peer.log" | tail -1) [$(elapsed) s]")
+  fi
 fi
 if step execute; then
   left=$(( budget - $(elapsed) - 30 ))

@@ -53,15 +53,19 @@ void require_devices(const std::vector<int>& devices) {
   }
 }
 
-dist::HelixMode choose_mode(const ProblemFlags& flags, int cp, const std::vector<int>& devices) {
+dist::HelixMode choose_mode(const ProblemFlags& flags, int cp, const std::vector<int>& devices,
+                            const std::string& exchange) {
   require_devices(devices);
+  if (exchange == "peer" && devices.size() < 2) {
+    throw CLI::ValidationError("--exchange", "peer needs one GPU per rank: give --devices with cp entries");
+  }
   if (devices.size() > 1) {
     if (static_cast<int>(devices.size()) != cp) {
-      throw CLI::ValidationError("--devices", fmt::format("{} devices given for --cp {}: NCCL mode "
+      throw CLI::ValidationError("--devices", fmt::format("{} devices given for --cp {}: a GPU per rank "
                                                           "needs one device per rank",
                                                           devices.size(), cp));
     }
-    return dist::HelixMode::nccl;
+    return exchange == "peer" ? dist::HelixMode::peer : dist::HelixMode::nccl;
   }
   if (!devices.empty()) return dist::HelixMode::device;
 #if defined(HELIXMLA_WITH_CUDA)
@@ -77,6 +81,8 @@ std::string describe(dist::HelixMode mode, const std::vector<int>& devices) {
     case dist::HelixMode::device:
       return fmt::format("in process on GPU {}", devices.empty() ? 0 : devices.front());
     case dist::HelixMode::nccl: return fmt::format("NCCL on GPUs {}", fmt::join(devices, ","));
+    case dist::HelixMode::peer:
+      return fmt::format("peer stores between GPUs {}", fmt::join(devices, ","));
   }
   return "";
 }
@@ -151,6 +157,12 @@ void add_helix_flags(CLI::App& command, HelixRunOptions& options) {
                    "Helix on a GPU: skip timing whole-step CUDA graph replays");
   command.add_flag("--no-baseline{false}", options.baseline,
                    "Helix on a GPU: skip timing the batch without Helix on one GPU");
+  command
+      .add_option("--exchange", options.exchange,
+                  "Helix over several --devices: nccl, or peer (one kernel storing straight into "
+                  "the other GPUs' memory; needs peer access)")
+      ->check(CLI::IsMember({"nccl", "peer"}))
+      ->capture_default_str();
 }
 
 int run_helix_command(const ProblemFlags& flags, int cp, const std::vector<int>& devices, bool json,
@@ -161,7 +173,7 @@ int run_helix_command(const ProblemFlags& flags, int cp, const std::vector<int>&
 
   dist::HelixDriverOptions driver_options;
   driver_options.cp = cp;
-  driver_options.mode = choose_mode(flags, cp, devices);
+  driver_options.mode = choose_mode(flags, cp, devices, options.exchange);
   driver_options.devices = devices;
   driver_options.runtime.forced_backend = flags.backend;
   dist::HelixDriver driver(global, driver_options);

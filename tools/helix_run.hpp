@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <string>
 #include <vector>
 
 #include "problem_flags.hpp"
@@ -15,14 +16,16 @@ struct HelixRunOptions {
   int repeat = 1;        // timed steps; the median of each phase is reported
   bool graphs = true;    // on a GPU: also time whole-step CUDA graph replays
   bool baseline = true;  // on a GPU: also time the whole batch without Helix on one GPU
+  std::string exchange = "nccl";  // with several --devices: nccl or peer
 };
 
-// Adds --no-graphs and --no-baseline (`run` already owns --repeat).
+// Adds --no-graphs, --no-baseline and --exchange (`run` already owns --repeat).
 void add_helix_flags(CLI::App& command, HelixRunOptions& options);
 
 // Devices: none -> every rank in process on GPU 0 when there is one (the CPU
 // when not, or with --backend cpu); one -> every rank in process on that GPU;
-// cp of them -> rank r on devices[r] through NCCL. Returns 0 when the result
+// cp of them -> rank r on devices[r] through NCCL, or with --exchange peer
+// through direct stores between the GPUs. Returns 0 when the result
 // matches the reference, 1 when it does not.
 int run_helix_command(const ProblemFlags& flags, int cp, const std::vector<int>& devices, bool json,
                       const HelixRunOptions& options = {});

@@ -45,12 +45,17 @@ struct ExchangeShape {
   std::size_t recv_stats_bytes(std::int32_t rank) const;
 };
 
-// One local rank's side of an exchange. `stream` is the rank's cudaStream_t
-// for device exchanges and ignored on the host.
+// One local rank's side of an exchange: its attention output, staging for
+// transports that send packed chunks, and its receive buffers. `stream` is
+// the rank's cudaStream_t for device exchanges and ignored on the host.
+// Transports deliver the rank's own chunk by packing it straight into its
+// receive slot, so only chunks for other ranks travel.
 struct RankBuffers {
   std::int32_t rank = 0;
-  const void* send_partial = nullptr;
-  const float* send_stats = nullptr;
+  const void* partial = nullptr;        // attention output [tokens, H, width]
+  const float* partial_stats = nullptr;  // [tokens, H, 2]
+  void* send_partial = nullptr;          // staging, layout above (unused by some transports)
+  float* send_stats = nullptr;
   void* recv_partial = nullptr;
   float* recv_stats = nullptr;
   void* stream = nullptr;
@@ -65,8 +70,8 @@ class Exchange {
   // with one-process-per-GPU NCCL).
   virtual std::vector<std::int32_t> local_ranks() const = 0;
   // Performs (host) or enqueues (device) the all-to-all for the given local
-  // ranks; normally every local rank at once. Device exchanges do not wait
-  // for the host.
+  // ranks, from their attention outputs to their receive buffers; normally
+  // every local rank at once. Device exchanges do not wait for the host.
   virtual void all_to_all(const ExchangeShape& shape, std::span<const RankBuffers> ranks) = 0;
   // Blocks until every stream has finished the work enqueued on it so far.
   // Throws RuntimeFailure on a transport error or when a peer does not answer
@@ -79,14 +84,13 @@ class Exchange {
 // events ordering it after every sender's stream when streams differ).
 std::unique_ptr<Exchange> make_in_process_exchange(std::int32_t cp, Location where);
 
-// Repacks a rank's attention output [tokens, H, width] and stats
-// [tokens, H, 2] into its send buffers (layout above).
-void pack_send_host(const ExchangeShape& shape, const void* partial, const float* stats,
-                    void* send_partial, float* send_stats);
+// Repacks a rank's attention output (`b.partial`, `b.partial_stats`) into
+// its send buffers, except its own heads, which go straight into its receive
+// slot (`b.rank`).
+void pack_send_host(const ExchangeShape& shape, const RankBuffers& b);
 #if defined(HELIXMLA_WITH_CUDA)
-// Device twin: one kernel on `stream` for every peer, partials and stats.
-void pack_send_device(const ExchangeShape& shape, const void* partial, const float* stats,
-                      void* send_partial, float* send_stats, void* stream);
+// Device twin: one kernel on `b.stream` for every peer, partials and stats.
+void pack_send_device(const ExchangeShape& shape, const RankBuffers& b);
 #endif
 
 }  // namespace helixmla::dist

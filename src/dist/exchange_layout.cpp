@@ -37,18 +37,22 @@ std::size_t ExchangeShape::recv_stats_bytes(std::int32_t rank) const {
   return size(cp) * stats_chunk_bytes(rank);
 }
 
-void pack_send_host(const ExchangeShape& shape, const void* partial, const float* stats,
-                    void* send_partial, float* send_stats) {
+void pack_send_host(const ExchangeShape& shape, const RankBuffers& b) {
   const std::size_t head_bytes = size(shape.width) * shape.element_bytes();
-  const auto* src = static_cast<const std::byte*>(partial);
-  const auto* src_stats = reinterpret_cast<const std::byte*>(stats);
-  auto* dst = static_cast<std::byte*>(send_partial);
-  auto* dst_stats = reinterpret_cast<std::byte*>(send_stats);
+  const auto* src = static_cast<const std::byte*>(b.partial);
+  const auto* src_stats = reinterpret_cast<const std::byte*>(b.partial_stats);
   for (std::int32_t peer = 0; peer < shape.cp; ++peer) {
     const HeadRange h = shape.heads_of(peer);
     if (h.count == 0) continue;
-    std::byte* chunk = dst + shape.send_partial_offset(peer);
-    std::byte* stats_chunk = dst_stats + shape.send_stats_offset(peer);
+    std::byte* chunk;
+    std::byte* stats_chunk;
+    if (peer == b.rank) {
+      chunk = static_cast<std::byte*>(b.recv_partial) + size(b.rank) * shape.partial_chunk_bytes(peer);
+      stats_chunk = reinterpret_cast<std::byte*>(b.recv_stats) + size(b.rank) * shape.stats_chunk_bytes(peer);
+    } else {
+      chunk = static_cast<std::byte*>(b.send_partial) + shape.send_partial_offset(peer);
+      stats_chunk = reinterpret_cast<std::byte*>(b.send_stats) + shape.send_stats_offset(peer);
+    }
     for (std::int64_t t = 0; t < shape.tokens; ++t) {
       const std::size_t row = size(t) * size(shape.heads) + size(h.begin);
       std::memcpy(chunk + size(t) * size(h.count) * head_bytes, src + row * head_bytes,
@@ -58,6 +62,5 @@ void pack_send_host(const ExchangeShape& shape, const void* partial, const float
     }
   }
 }
-
 
 }  // namespace helixmla::dist

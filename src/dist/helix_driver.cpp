@@ -19,6 +19,7 @@
 #if defined(HELIXMLA_WITH_NCCL)
 #include "dist/nccl_exchange.hpp"
 #endif
+#include "dist/peer_exchange.hpp"
 
 namespace helixmla::dist {
 
@@ -210,12 +211,17 @@ HelixDriver::HelixDriver(const Problem& global, HelixDriverOptions options)
       break;
     }
     case HelixMode::nccl:
+    case HelixMode::peer:
       if (static_cast<std::int32_t>(options_.devices.size()) != cp) {
         throw InvalidArgument("devices", -1, std::to_string(options_.devices.size()),
-                              "NCCL mode needs one device per rank (cp = " + std::to_string(cp) +
+                              "a GPU per rank needs one device per rank (cp = " + std::to_string(cp) +
                                   ")");
       }
       rank_devices = options_.devices;
+      if (options_.mode == HelixMode::peer) {
+        exchange_ = make_peer_exchange(options_.devices, PeerOptions::from_environment());
+        break;
+      }
 #if defined(HELIXMLA_WITH_NCCL)
       exchange_ = make_nccl_exchange(options_.devices, NcclOptions::from_environment());
 #else
@@ -273,7 +279,7 @@ HelixDriver::HelixDriver(const Problem& global, HelixDriverOptions options)
       rank->problem.kv.pool = rank->pool->data();
 
       HELIXMLA_CUDA_CHECK(cudaSetDevice(device));
-      if (options_.mode == HelixMode::nccl || shared_stream == nullptr) {
+      if (options_.mode != HelixMode::device || shared_stream == nullptr) {
         cudaStream_t stream = nullptr;
         HELIXMLA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
         rank->stream = stream;
@@ -331,19 +337,10 @@ void HelixDriver::enqueue_phase(StepPhase phase) {
     case StepPhase::exchange: {
       std::vector<RankBuffers> buffers;
       for (const auto& rank : ranks_) {
-        select_device(*rank);
-        auto* stats = static_cast<const float*>(rank->partial_stats.data());
-        auto* send_stats = static_cast<float*>(rank->send_stats.data());
-        if (rank->on_device()) {
-#if defined(HELIXMLA_WITH_CUDA)
-          pack_send_device(shape_, rank->partial.data(), stats, rank->send_partial.data(),
-                           send_stats, rank->stream);
-#endif
-        } else {
-          pack_send_host(shape_, rank->partial.data(), stats, rank->send_partial.data(),
-                         send_stats);
-        }
-        buffers.push_back(RankBuffers{rank->rank, rank->send_partial.data(), send_stats,
+        buffers.push_back(RankBuffers{rank->rank, rank->partial.data(),
+                                      static_cast<const float*>(rank->partial_stats.data()),
+                                      rank->send_partial.data(),
+                                      static_cast<float*>(rank->send_stats.data()),
                                       rank->recv_partial.data(),
                                       static_cast<float*>(rank->recv_stats.data()), rank->stream});
       }

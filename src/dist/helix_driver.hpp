@@ -10,6 +10,8 @@
 //           over ranks, as one GPU executes them one after another.
 // - nccl:   rank r on devices[r], one stream per GPU, the NCCL exchange;
 //           phase times are the maximum over ranks.
+// - peer:   as nccl, with the peer exchange (GPUs of this process writing
+//           into each other's memory; dist/peer_exchange.hpp).
 //
 // Every request is distributed by pages, contexts included (the bounds carry
 // their causal mask), so a mixed batch needs no special case.
@@ -29,19 +31,19 @@
 
 namespace helixmla::dist {
 
-enum class HelixMode : std::uint8_t { host, device, nccl };
+enum class HelixMode : std::uint8_t { host, device, nccl, peer };
 
 struct HelixDriverOptions {
   std::int32_t cp = 2;
   HelixMode mode = HelixMode::host;
-  std::vector<int> devices;  // device: {gpu} (default {0}); nccl: one GPU per rank
+  std::vector<int> devices;  // device: {gpu} (default {0}); nccl, peer: one GPU per rank
   RuntimeOptions runtime;    // per rank; the environment's device is set per rank
 };
 
 // Microseconds of one step.
 struct HelixStepTimes {
   double attention_us = 0.0;
-  double exchange_us = 0.0;  // repacking into the send buffers included
+  double exchange_us = 0.0;  // packing the attention output included
   double combine_us = 0.0;
   double total_us = 0.0;
 };

@@ -1,5 +1,7 @@
 // Many Helix ranks in one process, exchanging through host memcpy or, for
 // ranks sharing one GPU, device-to-device copies on the receivers' streams.
+// Each rank first packs its output (its own chunk straight into its receive
+// slot); the copies then move every other chunk.
 #include <cstring>
 #include <string>
 
@@ -51,6 +53,7 @@ void for_each_chunk(const ExchangeShape& shape, const std::vector<const RankBuff
     const std::size_t stats_chunk = shape.stats_chunk_bytes(receiver);
     if (chunk == 0) continue;
     for (std::int32_t source = 0; source < shape.cp; ++source) {
+      if (source == receiver) continue;
       const RankBuffers& from = *table[static_cast<std::size_t>(source)];
       copy(to, static_cast<std::byte*>(to.recv_partial) + source * chunk,
            static_cast<const std::byte*>(from.send_partial) + shape.send_partial_offset(receiver),
@@ -77,7 +80,9 @@ class HostExchange final : public Exchange {
   std::vector<std::int32_t> local_ranks() const override { return all_ranks(cp_); }
   void all_to_all(const ExchangeShape& shape, std::span<const RankBuffers> ranks) override {
     check_shape(shape, cp_);
-    for_each_chunk(shape, by_rank(cp_, ranks),
+    const auto table = by_rank(cp_, ranks);
+    for (const RankBuffers* b : table) pack_send_host(shape, *b);
+    for_each_chunk(shape, table,
                    [](const RankBuffers&, std::byte* dst, const std::byte* src, std::size_t n) {
                      std::memcpy(dst, src, n);
                    });
@@ -104,6 +109,7 @@ class DeviceExchange final : public Exchange {
     check_shape(shape, cp_);
     const auto table = by_rank(cp_, ranks);
     HELIXMLA_CUDA_CHECK(cudaSetDevice(device_));
+    for (const RankBuffers* b : table) pack_send_device(shape, *b);
     const bool one_stream = shares_one_stream(table);
     if (!one_stream) {
       create_events();

@@ -179,6 +179,10 @@ class NcclExchange final : public Exchange {
     // Resolved before the group opens: nothing inside it may throw.
     std::vector<ncclComm_t> comm_of;
     for (const RankBuffers& b : ranks) comm_of.push_back(comms_[local_index(b.rank)]);
+    for (std::size_t k = 0; k < ranks.size(); ++k) {
+      HELIXMLA_CUDA_CHECK(cudaSetDevice(devices_[local_index(ranks[k].rank)]));
+      pack_send_device(shape, ranks[k]);
+    }
     ncclGroupStart();
     for (std::size_t k = 0; k < ranks.size(); ++k) {
       const RankBuffers& b = ranks[k];
@@ -191,6 +195,7 @@ class NcclExchange final : public Exchange {
       const std::size_t mine = shape.partial_chunk_bytes(b.rank);
       const std::size_t mine_stats = shape.stats_chunk_bytes(b.rank);
       for (std::int32_t peer = 0; peer < size_; ++peer) {
+        if (peer == b.rank) continue;  // packed into the receive slot already
         // Per pair, partials then stats in the same order on both sides, so
         // NCCL's in-order matching pairs each send with its receive.
         if (const std::size_t n = shape.partial_chunk_bytes(peer); n > 0) {

@@ -181,21 +181,22 @@ TEST(HelixGpu, PackAndInProcessDeviceExchangeMatchTheHost) {
   for (std::int32_t cp : {2, 3, 8}) {
     for (bool separate_streams : {false, true}) {
       const dist::ExchangeShape shape{cp, 3, 24, 512, DType::bf16};
+      // Send staging starts poisoned on both sides: the rank's own chunk
+      // region must stay untouched (it goes straight to the receive slot).
       std::vector<std::vector<std::uint8_t>> partial, stats_bytes, host_recv, host_recv_stats;
-      std::vector<std::vector<std::uint8_t>> host_send(cp), host_send_stats(cp);
+      std::vector<std::vector<std::uint8_t>> host_send, host_send_stats;
       std::vector<dist::RankBuffers> host_buffers;
       for (std::int32_t r = 0; r < cp; ++r) {
         partial.push_back(random_bytes(shape.send_partial_bytes(), 50 + r));
         stats_bytes.push_back(random_bytes(shape.send_stats_bytes(), 80 + r));
-        host_send[r].resize(shape.send_partial_bytes());
-        host_send_stats[r].resize(shape.send_stats_bytes());
-        host_recv.emplace_back(shape.recv_partial_bytes(r));
-        host_recv_stats.emplace_back(shape.recv_stats_bytes(r));
+        host_send.emplace_back(shape.send_partial_bytes(), 0xff);
+        host_send_stats.emplace_back(shape.send_stats_bytes(), 0xff);
+        host_recv.emplace_back(shape.recv_partial_bytes(r), 0xff);
+        host_recv_stats.emplace_back(shape.recv_stats_bytes(r), 0xff);
       }
       for (std::int32_t r = 0; r < cp; ++r) {
-        dist::pack_send_host(shape, partial[r].data(), reinterpret_cast<const float*>(stats_bytes[r].data()),
-                             host_send[r].data(), reinterpret_cast<float*>(host_send_stats[r].data()));
-        host_buffers.push_back({r, host_send[r].data(), reinterpret_cast<const float*>(host_send_stats[r].data()),
+        host_buffers.push_back({r, partial[r].data(), reinterpret_cast<const float*>(stats_bytes[r].data()),
+                                host_send[r].data(), reinterpret_cast<float*>(host_send_stats[r].data()),
                                 host_recv[r].data(), reinterpret_cast<float*>(host_recv_stats[r].data()), nullptr});
       }
       dist::make_in_process_exchange(cp, Location::host())->all_to_all(shape, host_buffers);
@@ -211,12 +212,13 @@ TEST(HelixGpu, PackAndInProcessDeviceExchangeMatchTheHost) {
         d_send_stats.emplace_back(shape.send_stats_bytes());
         d_recv.emplace_back(shape.recv_partial_bytes(r));
         d_recv_stats.emplace_back(shape.recv_stats_bytes(r));
-        d_recv.back().fill_bytes(0xff);
+        for (auto* d : {&d_send.back(), &d_send_stats.back(), &d_recv.back(), &d_recv_stats.back()}) {
+          d->fill_bytes(0xff);
+        }
       }
       for (std::int32_t r = 0; r < cp; ++r) {
-        dist::pack_send_device(shape, d_partial[r].data(), static_cast<const float*>(d_stats[r].data()),
-                               d_send[r].data(), static_cast<float*>(d_send_stats[r].data()), streams[r]);
-        buffers.push_back({r, d_send[r].data(), static_cast<const float*>(d_send_stats[r].data()), d_recv[r].data(),
+        buffers.push_back({r, d_partial[r].data(), static_cast<const float*>(d_stats[r].data()), d_send[r].data(),
+                           static_cast<float*>(d_send_stats[r].data()), d_recv[r].data(),
                            static_cast<float*>(d_recv_stats[r].data()), streams[r]});
       }
       auto exchange = dist::make_in_process_exchange(cp, Location::cuda(0));
@@ -225,6 +227,7 @@ TEST(HelixGpu, PackAndInProcessDeviceExchangeMatchTheHost) {
       exchange->wait(waits);
       for (std::int32_t r = 0; r < cp; ++r) {
         EXPECT_EQ(to_host<std::uint8_t>(d_send[r]), host_send[r]) << "pack, rank " << r;
+        EXPECT_EQ(to_host<std::uint8_t>(d_send_stats[r]), host_send_stats[r]) << "pack stats, rank " << r;
         EXPECT_EQ(to_host<std::uint8_t>(d_recv[r]), host_recv[r]) << "exchange, rank " << r;
         EXPECT_EQ(to_host<std::uint8_t>(d_recv_stats[r]), host_recv_stats[r]) << "exchange stats, rank " << r;
         if (streams[r]) cudaStreamDestroy(streams[r]);

@@ -31,6 +31,7 @@
 #include "dist/nccl_exchange.hpp"
 #include "helixmla/error.hpp"
 #include "helixmla/helix.hpp"
+#include "multigpu/multigpu_support.hpp"
 #include "support/helix_step.hpp"
 #include "synthetic_batch.hpp"
 
@@ -42,76 +43,13 @@ namespace {
 #if defined(HELIXMLA_WITH_NCCL)
 
 using testing::HelixStepCase;
+using testing::kimi_local_case;
+using testing::RankSide;
 using Clock = std::chrono::steady_clock;
-
-#define SKIP_WITHOUT_TWO_GPUS()                                                         \
-  do {                                                                                  \
-    if (testing::cuda_device_count() < 2) GTEST_SKIP() << "needs two CUDA devices";     \
-  } while (0)
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
-
-// fp32 partials whose values name (source rank, token, head, column).
-float tag(std::int32_t source, std::int64_t token, std::int32_t head, std::int32_t k) {
-  return static_cast<float>(source * 1000000 + token * 10000 + head * 600 + k);
-}
-
-// One rank's exchange buffers on its device, filled with tagged partials.
-struct RankSide {
-  testing::DeviceBuffer send, send_stats, recv, recv_stats;
-  cudaStream_t stream = nullptr;
-
-  RankSide(const dist::ExchangeShape& shape, std::int32_t rank, int device) {
-    EXPECT_EQ(cudaSetDevice(device), cudaSuccess);
-    std::vector<float> partial, stats;
-    for (std::int64_t t = 0; t < shape.tokens; ++t) {
-      for (std::int32_t h = 0; h < shape.heads; ++h) {
-        for (std::int32_t k = 0; k < shape.width; ++k) partial.push_back(tag(rank, t, h, k));
-        stats.push_back(tag(rank, t, h, 0) + 0.25f);
-        stats.push_back(tag(rank, t, h, 0) + 0.5f);
-      }
-    }
-    std::vector<float> packed(partial.size()), packed_stats(stats.size());
-    dist::pack_send_host(shape, partial.data(), stats.data(), packed.data(), packed_stats.data());
-    send = testing::DeviceBuffer(shape.send_partial_bytes());
-    send.upload(packed.data(), shape.send_partial_bytes());
-    send_stats = testing::DeviceBuffer(shape.send_stats_bytes());
-    send_stats.upload(packed_stats.data(), shape.send_stats_bytes());
-    recv = testing::DeviceBuffer(shape.recv_partial_bytes(rank));
-    recv.fill_bytes(0xff);
-    recv_stats = testing::DeviceBuffer(shape.recv_stats_bytes(rank));
-    recv_stats.fill_bytes(0xff);
-    EXPECT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  }
-  ~RankSide() {
-    if (stream) cudaStreamDestroy(stream);
-  }
-  dist::RankBuffers buffers(std::int32_t rank) const {
-    return {rank, send.data(), static_cast<const float*>(send_stats.data()), recv.data(),
-            static_cast<float*>(recv_stats.data()), stream};
-  }
-  // Checks what `rank` received against the tags every source sent it.
-  void expect_received(const dist::ExchangeShape& shape, std::int32_t rank) const {
-    std::vector<float> got(recv.bytes() / sizeof(float)), got_stats(recv_stats.bytes() / sizeof(float));
-    recv.download(got.data(), recv.bytes());
-    recv_stats.download(got_stats.data(), recv_stats.bytes());
-    const HeadRange mine = shape.heads_of(rank);
-    std::size_t i = 0, j = 0;
-    for (std::int32_t source = 0; source < shape.cp; ++source) {
-      for (std::int64_t t = 0; t < shape.tokens; ++t) {
-        for (std::int32_t h = mine.begin; h < mine.end(); ++h) {
-          for (std::int32_t k = 0; k < shape.width; ++k) {
-            ASSERT_EQ(got[i++], tag(source, t, h, k)) << "rank " << rank << " from " << source;
-          }
-          ASSERT_EQ(got_stats[j++], tag(source, t, h, 0) + 0.25f);
-          ASSERT_EQ(got_stats[j++], tag(source, t, h, 0) + 0.5f);
-        }
-      }
-    }
-  }
-};
 
 TEST(HelixNccl, ExchangeDeliversEveryChunk) {
   SKIP_WITHOUT_TWO_GPUS();
@@ -127,21 +65,6 @@ TEST(HelixNccl, ExchangeDeliversEveryChunk) {
     r0.expect_received(shape, 0);
     r1.expect_received(shape, 1);
   }
-}
-
-// The Kimi K3 TP2/CP4 local shape, one rank per GPU.
-HelixStepCase kimi_local_case(std::string name, std::int32_t q_len, DType kv_dtype) {
-  HelixStepCase c;
-  c.name = std::move(name);
-  c.cp = 2;
-  c.heads = 48;
-  c.generations = 4;
-  c.q_len = q_len;
-  c.kv_len = {1000, 129, 64, 5};  // groups straddling pages; rank 1 empty for the last two
-  c.page_size = 64;
-  c.kv_dtype = kv_dtype;
-  c.dims = MlaDims{};
-  return c;
 }
 
 class HelixNcclStep : public ::testing::TestWithParam<HelixStepCase> {};

@@ -46,8 +46,8 @@ TEST(HelixExchange, InProcessHostDeliversEveryChunk) {
         send_stats[r].assign(shape.send_stats_bytes() / 4, std::nanf(""));
         recv[r].assign(shape.recv_partial_bytes(r) / 4, std::nanf(""));
         recv_stats[r].assign(shape.recv_stats_bytes(r) / 4, std::nanf(""));
-        dist::pack_send_host(shape, partial[r].data(), stats[r].data(), send[r].data(), send_stats[r].data());
-        buffers.push_back({r, send[r].data(), send_stats[r].data(), recv[r].data(), recv_stats[r].data(), nullptr});
+        buffers.push_back({r, partial[r].data(), stats[r].data(), send[r].data(), send_stats[r].data(),
+                           recv[r].data(), recv_stats[r].data(), nullptr});
       }
       auto exchange = dist::make_in_process_exchange(cp, Location::host());
       exchange->all_to_all(shape, buffers);
@@ -73,8 +73,9 @@ TEST(HelixExchange, InProcessHostDeliversEveryChunk) {
 
 TEST(HelixExchange, InProcessNeedsEveryRank) {
   const dist::ExchangeShape shape{2, 1, 2, 4, DType::fp32};
-  std::vector<float> a(8), b(4), c(8), d(4);
-  const std::vector<dist::RankBuffers> only_rank0 = {{0, a.data(), b.data(), c.data(), d.data(), nullptr}};
+  std::vector<float> a(8), b(4), c(8), d(4), e(8), f(4);
+  const std::vector<dist::RankBuffers> only_rank0 = {
+      {0, a.data(), b.data(), c.data(), d.data(), e.data(), f.data(), nullptr}};
   auto exchange = dist::make_in_process_exchange(2, Location::host());
   EXPECT_THROW(exchange->all_to_all(shape, only_rank0), InvalidArgument);
 }

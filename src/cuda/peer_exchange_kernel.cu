@@ -1,0 +1,132 @@
+// See peer_exchange_kernel.hpp for the protocol.
+#include "cuda/peer_exchange_kernel.hpp"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "cuda/cuda_check.hpp"
+
+namespace helixmla::dist::peer {
+
+namespace {
+
+constexpr int kThreads = 128;
+
+__device__ __forceinline__ void store_release(std::uint32_t* p, std::uint32_t v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ std::uint32_t load_acquire(const std::uint32_t* p) {
+  std::uint32_t v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ std::uint64_t global_ns() {
+  std::uint64_t t;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Spins until *flag has reached `epoch` (wrap-around safe); false on timeout
+// or once another block of this rank has given up.
+__device__ bool wait_for(const std::uint32_t* flag, std::uint32_t epoch, std::uint64_t timeout_ns,
+                         const Links& links) {
+  std::uint32_t* error = &links.flags[links.rank]->error;
+  const std::uint64_t start = global_ns();
+  while (static_cast<std::int32_t>(load_acquire(flag) - epoch) < 0) {
+    if (*static_cast<volatile std::uint32_t*>(error) != 0) return false;
+    if (global_ns() - start > timeout_ns) {
+      atomicExch(error, 1u);
+      *static_cast<volatile std::uint32_t*>(links.host_error) = 1u;
+      __threadfence_system();
+      return false;
+    }
+  }
+  return true;
+}
+
+template <typename Unit>
+__global__ void __launch_bounds__(kThreads)
+exchange_kernel(Links links, Rows rows, const std::uint8_t* partial, const float* stats,
+                std::uint64_t timeout_ns) {
+  const int b = blockIdx.x;
+  const int cp = links.cp;
+  const int me = links.rank;
+  Flags* mine = links.flags[me];
+  const std::uint32_t epoch = mine->epoch[b] + 1;
+  const int peer = threadIdx.x;
+  const bool signals = peer < cp && peer != me;
+  __shared__ int gave_up;
+  if (threadIdx.x == 0) gave_up = 0;
+  __syncthreads();
+
+  if (signals) store_release(&links.flags[peer]->ready[me][b], epoch);
+  if (signals && !wait_for(&mine->ready[peer][b], epoch, timeout_ns, links)) gave_up = 1;
+  __syncthreads();
+  if (gave_up) return;  // a peer's slot may still be in use: write nothing
+
+  // Rows b, b + G, ... of [tokens, H]; the owner of head h is the rank p
+  // with p * H / cp <= h < (p + 1) * H / cp.
+  const long long total_rows = rows.tokens * rows.heads;
+  const long long my_rows = total_rows > b ? (total_rows - b + gridDim.x - 1) / gridDim.x : 0;
+  const int units = static_cast<int>(rows.row_bytes / static_cast<long long>(sizeof(Unit)));
+  auto destination = [&](long long row, long long* slot_row) {
+    const long long token = row / rows.heads;
+    const int head = static_cast<int>(row % rows.heads);
+    const int owner = static_cast<int>(((static_cast<long long>(head) + 1) * cp - 1) / rows.heads);
+    const long long begin = static_cast<long long>(owner) * rows.heads / cp;
+    const long long count = static_cast<long long>(owner + 1) * rows.heads / cp - begin;
+    *slot_row = (me * rows.tokens + token) * count + (head - begin);
+    return owner;
+  };
+  for (long long i = threadIdx.x; i < my_rows * units; i += blockDim.x) {
+    const long long row = b + (i / units) * gridDim.x;
+    const int u = static_cast<int>(i % units);
+    long long slot_row = 0;
+    const int owner = destination(row, &slot_row);
+    const auto* src = reinterpret_cast<const Unit*>(partial + row * rows.row_bytes);
+    auto* dst = reinterpret_cast<Unit*>(static_cast<std::uint8_t*>(links.recv_partial[owner]) +
+                                        slot_row * rows.row_bytes);
+    dst[u] = src[u];
+  }
+  for (long long i = threadIdx.x; i < 2 * my_rows; i += blockDim.x) {
+    const long long row = b + (i / 2) * gridDim.x;
+    long long slot_row = 0;
+    const int owner = destination(row, &slot_row);
+    links.recv_stats[owner][2 * slot_row + (i % 2)] = stats[2 * row + (i % 2)];
+  }
+  __threadfence_system();
+  __syncthreads();
+
+  if (signals) store_release(&links.flags[peer]->done[me][b], epoch);
+  if (signals) wait_for(&mine->done[peer][b], epoch, timeout_ns, links);
+  __syncthreads();
+  if (threadIdx.x == 0) mine->epoch[b] = epoch;
+}
+
+}  // namespace
+
+int grid_blocks(const Rows& rows) {
+  const long long total_rows = rows.tokens * rows.heads;
+  return static_cast<int>(std::clamp<long long>((total_rows + 1) / 2, 1, kMaxBlocks));
+}
+
+void launch(const Links& links, const Rows& rows, const void* partial, const float* stats,
+            std::uint64_t timeout_ns, void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  const auto* src = static_cast<const std::uint8_t*>(partial);
+  bool vector_aligned = rows.row_bytes % 16 == 0 && reinterpret_cast<std::uintptr_t>(src) % 16 == 0;
+  for (int r = 0; r < links.cp; ++r) {
+    vector_aligned = vector_aligned && reinterpret_cast<std::uintptr_t>(links.recv_partial[r]) % 16 == 0;
+  }
+  const unsigned blocks = static_cast<unsigned>(grid_blocks(rows));
+  if (vector_aligned) {
+    exchange_kernel<uint4><<<blocks, kThreads, 0, s>>>(links, rows, src, stats, timeout_ns);
+  } else {
+    exchange_kernel<std::uint8_t><<<blocks, kThreads, 0, s>>>(links, rows, src, stats, timeout_ns);
+  }
+  HELIXMLA_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace helixmla::dist::peer

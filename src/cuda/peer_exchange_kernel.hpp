@@ -1,0 +1,61 @@
+// The Helix all-to-all as one kernel per GPU for ranks that share a process
+// and reach each other's memory over NVLink (peer access): every block packs
+// its rows straight into the owning rank's receive slot with ordinary stores,
+// then trades per-block flags with the same block of every peer. Host side:
+// src/dist/peer_exchange.cpp.
+//
+// Protocol of block b of rank r at epoch e (its own launch count, equal on
+// every rank because every rank launches the same grid each step):
+//   1. tell every peer "ready for e" (peer.ready[r][b] = e): r's previous
+//      combine, earlier on r's stream, has finished reading its slots;
+//   2. wait for every peer's "ready for e", so no write lands in a slot that
+//      a peer's previous combine may still read;
+//   3. write this block's rows (and stats) into their owners' slot r;
+//   4. fence (system scope), then peer.done[r][b] = e with release semantics;
+//   5. wait for every peer's "done e" with acquire semantics: afterwards all
+//      rows of block b from every source are in r's receive buffer.
+// Waits give up after `timeout_ns` (global timer): the block sets its rank's
+// device error word (every other waiting block of the rank then gives up at
+// once) and the host-visible `host_error`, and ends without writing
+// anything more; the host reports it and refuses further use (the epochs no
+// longer agree).
+#pragma once
+
+#include <cstdint>
+
+namespace helixmla::dist::peer {
+
+inline constexpr int kMaxRanks = 8;
+inline constexpr int kMaxBlocks = 128;
+
+// One rank's flags, in its own device memory; peers write ready/done.
+struct Flags {
+  std::uint32_t ready[kMaxRanks][kMaxBlocks];  // [source][block]
+  std::uint32_t done[kMaxRanks][kMaxBlocks];
+  std::uint32_t epoch[kMaxBlocks];  // this rank's launches so far, per block
+  std::uint32_t error;              // non-zero once a wait timed out
+};
+
+struct Links {
+  std::int32_t cp = 0;
+  std::int32_t rank = 0;
+  void* recv_partial[kMaxRanks] = {};  // every rank's receive buffer (peer pointers)
+  float* recv_stats[kMaxRanks] = {};
+  Flags* flags[kMaxRanks] = {};
+  std::uint32_t* host_error = nullptr;  // this rank's, in mapped pinned host memory
+};
+
+struct Rows {
+  std::int64_t tokens = 0;
+  std::int32_t heads = 0;     // all heads (H)
+  std::int64_t row_bytes = 0;  // one head's partial: width * element size
+};
+
+// Blocks every rank launches for this shape (the same on every rank).
+int grid_blocks(const Rows& rows);
+
+// Enqueues rank `links.rank`'s kernel on `stream` (current device = its GPU).
+void launch(const Links& links, const Rows& rows, const void* partial, const float* stats,
+            std::uint64_t timeout_ns, void* stream);
+
+}  // namespace helixmla::dist::peer

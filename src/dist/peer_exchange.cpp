@@ -1,0 +1,224 @@
+// Host side of the peer exchange (see peer_exchange.hpp).
+#include "dist/peer_exchange.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "helixmla/error.hpp"
+
+#if defined(HELIXMLA_WITH_CUDA)
+#include <cuda_runtime.h>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/peer_exchange_kernel.hpp"
+#endif
+
+namespace helixmla::dist {
+
+PeerOptions PeerOptions::from_environment() {
+  PeerOptions options;
+  const char* text = std::getenv("HELIXMLA_EXCHANGE_TIMEOUT_MS");
+  if (text == nullptr || *text == '\0') return options;
+  char* end = nullptr;
+  const long long ms = std::strtoll(text, &end, 10);
+  if (end == text || *end != '\0' || ms < 1) {
+    throw InvalidArgument("HELIXMLA_EXCHANGE_TIMEOUT_MS", -1, text, "must be an integer >= 1");
+  }
+  options.timeout = std::chrono::milliseconds(ms);
+  return options;
+}
+
+#if defined(HELIXMLA_WITH_CUDA)
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class PeerExchange final : public Exchange {
+ public:
+  PeerExchange(std::vector<int> devices, PeerOptions options)
+      : devices_(std::move(devices)), options_(options), flags_(devices_.size(), nullptr) {
+    void* errors = nullptr;
+    HELIXMLA_CUDA_CHECK(cudaHostAlloc(&errors, devices_.size() * sizeof(std::uint32_t), cudaHostAllocMapped | cudaHostAllocPortable));
+    host_errors_ = static_cast<std::uint32_t*>(errors);
+    std::fill(host_errors_, host_errors_ + devices_.size(), 0u);
+    for (std::size_t r = 0; r < devices_.size(); ++r) {
+      HELIXMLA_CUDA_CHECK(cudaSetDevice(devices_[r]));
+      for (std::size_t p = 0; p < devices_.size(); ++p) {
+        if (p == r) continue;
+        const cudaError_t e = cudaDeviceEnablePeerAccess(devices_[p], 0);
+        if (e == cudaErrorPeerAccessAlreadyEnabled) {
+          cudaGetLastError();
+        } else {
+          HELIXMLA_CUDA_CHECK(e);
+        }
+      }
+      void* flags = nullptr;
+      HELIXMLA_CUDA_CHECK(cudaMalloc(&flags, sizeof(peer::Flags)));
+      flags_[r] = static_cast<peer::Flags*>(flags);
+      HELIXMLA_CUDA_CHECK(cudaMemset(flags, 0, sizeof(peer::Flags)));
+    }
+    for (int device : devices_) {
+      HELIXMLA_CUDA_CHECK(cudaSetDevice(device));
+      HELIXMLA_CUDA_CHECK(cudaDeviceSynchronize());
+    }
+  }
+
+  ~PeerExchange() override {
+    if (host_errors_ != nullptr) cudaFreeHost(host_errors_);
+    for (std::size_t r = 0; r < devices_.size(); ++r) {
+      if (flags_[r] == nullptr) continue;
+      cudaSetDevice(devices_[r]);
+      cudaFree(flags_[r]);
+    }
+  }
+
+  std::string_view name() const override { return "peer"; }
+  std::int32_t size() const override { return static_cast<std::int32_t>(devices_.size()); }
+  std::vector<std::int32_t> local_ranks() const override {
+    std::vector<std::int32_t> all;
+    for (std::int32_t r = 0; r < size(); ++r) all.push_back(r);
+    return all;
+  }
+
+  void all_to_all(const ExchangeShape& shape, std::span<const RankBuffers> ranks) override {
+    usable();
+    if (shape.cp != size()) {
+      throw InvalidArgument("shape.cp", -1, std::to_string(shape.cp),
+                            "must equal the exchange's size " + std::to_string(size()));
+    }
+    peer::Links links;
+    links.cp = size();
+    std::vector<const RankBuffers*> table(devices_.size(), nullptr);
+    for (const RankBuffers& b : ranks) {
+      if (b.rank < 0 || b.rank >= size() || table[static_cast<std::size_t>(b.rank)] != nullptr) {
+        throw InvalidArgument("ranks", b.rank, std::to_string(b.rank),
+                              "each rank in [0, cp) appears at most once");
+      }
+      table[static_cast<std::size_t>(b.rank)] = &b;
+      links.recv_partial[b.rank] = b.recv_partial;
+      links.recv_stats[b.rank] = b.recv_stats;
+      links.flags[b.rank] = flags_[static_cast<std::size_t>(b.rank)];
+    }
+    for (std::int32_t r = 0; r < size(); ++r) {
+      if (table[static_cast<std::size_t>(r)] == nullptr) {
+        throw InvalidArgument("ranks", r, "missing",
+                              "the peer exchange needs every rank's buffers in the same call");
+      }
+    }
+    const peer::Rows rows{shape.tokens, shape.heads,
+                          static_cast<std::int64_t>(shape.width) * static_cast<std::int64_t>(shape.element_bytes())};
+    if (rows.tokens * rows.heads == 0) return;
+    const auto timeout_ns = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(options_.timeout).count());
+    for (const RankBuffers* b : table) {
+      links.rank = b->rank;
+      links.host_error = host_errors_ + b->rank;
+      HELIXMLA_CUDA_CHECK(cudaSetDevice(devices_[static_cast<std::size_t>(b->rank)]));
+      peer::launch(links, rows, b->partial, b->partial_stats, timeout_ns, b->stream);
+    }
+  }
+
+  void wait(std::span<void* const> streams) override {
+    usable();
+    // The kernels bound their own waits and flag a timeout in host memory,
+    // read here without any CUDA call; the deadline only guards against a
+    // stream that never reaches the exchange.
+    const auto deadline = Clock::now() + 2 * options_.timeout;
+    std::vector<bool> finished(streams.size(), false);
+    std::size_t remaining = streams.size();
+    while (true) {
+      for (std::size_t r = 0; r < devices_.size(); ++r) {
+        if (static_cast<volatile std::uint32_t*>(host_errors_)[r] != 0) {
+          fail("rank " + std::to_string(r) + " waited longer than " +
+               std::to_string(options_.timeout.count()) +
+               " ms (HELIXMLA_EXCHANGE_TIMEOUT_MS) for a peer");
+        }
+      }
+      if (remaining == 0) return;
+      for (std::size_t i = 0; i < streams.size(); ++i) {
+        if (finished[i]) continue;
+        const cudaError_t status = cudaStreamQuery(static_cast<cudaStream_t>(streams[i]));
+        if (status == cudaSuccess) {
+          finished[i] = true;
+          --remaining;
+        } else if (status != cudaErrorNotReady) {
+          fail(std::string("a stream of the exchange failed: ") + cudaGetErrorString(status));
+        }
+      }
+      if (remaining > 0 && Clock::now() > deadline) fail("a stream did not reach the exchange in time");
+      if (remaining > 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+ private:
+  void usable() const {
+    if (broken_) throw RuntimeFailure("the peer exchange failed earlier and refuses further use: " + why_);
+  }
+
+  [[noreturn]] void fail(const std::string& why) {
+    broken_ = true;
+    why_ = why;
+    throw RuntimeFailure("Helix peer exchange (ranks of " + std::to_string(size()) + "): " + why);
+  }
+
+  std::vector<int> devices_;
+  PeerOptions options_;
+  std::vector<peer::Flags*> flags_;
+  std::uint32_t* host_errors_ = nullptr;  // one word per rank, mapped pinned memory
+  bool broken_ = false;
+  std::string why_;
+};
+
+}  // namespace
+
+bool peer_exchange_possible(std::span<const int> devices) {
+  for (int a : devices) {
+    for (int b : devices) {
+      if (a == b) continue;
+      int can = 0;
+      if (cudaDeviceCanAccessPeer(&can, a, b) != cudaSuccess || can == 0) return false;
+    }
+  }
+  return true;
+}
+
+std::unique_ptr<Exchange> make_peer_exchange(std::span<const int> devices, const PeerOptions& options) {
+  if (devices.empty()) throw InvalidArgument("devices", -1, "[]", "needs one device per rank");
+  if (devices.size() > static_cast<std::size_t>(peer::kMaxRanks)) {
+    throw InvalidArgument("devices", -1, std::to_string(devices.size()),
+                          "the peer exchange takes at most " + std::to_string(peer::kMaxRanks) + " ranks");
+  }
+  for (std::size_t a = 0; a < devices.size(); ++a) {
+    for (std::size_t b = 0; b < devices.size(); ++b) {
+      if (a == b) continue;
+      if (devices[a] == devices[b]) {
+        throw InvalidArgument("devices", static_cast<std::int64_t>(b), std::to_string(devices[b]),
+                              "each rank of the peer exchange needs its own GPU");
+      }
+      int can = 0;
+      HELIXMLA_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, devices[a], devices[b]));
+      if (can == 0) {
+        throw InvalidArgument("devices", static_cast<std::int64_t>(b), std::to_string(devices[b]),
+                              "GPU " + std::to_string(devices[a]) + " cannot access GPU " +
+                                  std::to_string(devices[b]) + " directly (no peer access); use NCCL");
+      }
+    }
+  }
+  return std::make_unique<PeerExchange>(std::vector<int>(devices.begin(), devices.end()), options);
+}
+
+#else
+
+bool peer_exchange_possible(std::span<const int>) { return false; }
+
+std::unique_ptr<Exchange> make_peer_exchange(std::span<const int>, const PeerOptions&) {
+  throw InvalidArgument("exchange", -1, "peer", "this build has no CUDA support");
+}
+
+#endif
+
+}  // namespace helixmla::dist

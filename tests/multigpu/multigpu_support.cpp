@@ -1,0 +1,84 @@
+#include "multigpu/multigpu_support.hpp"
+
+#include <gtest/gtest.h>
+
+#include <utility>
+#include <vector>
+
+namespace helixmla::testing {
+
+float exchange_tag(std::int32_t source, std::int64_t token, std::int32_t head, std::int32_t k) {
+  return static_cast<float>(source * 1000000 + token * 10000 + head * 600 + k);
+}
+
+RankSide::RankSide(const dist::ExchangeShape& shape, std::int32_t rank, int device) {
+  EXPECT_EQ(cudaSetDevice(device), cudaSuccess);
+  std::vector<float> values, row_stats;
+  for (std::int64_t t = 0; t < shape.tokens; ++t) {
+    for (std::int32_t h = 0; h < shape.heads; ++h) {
+      for (std::int32_t k = 0; k < shape.width; ++k) values.push_back(exchange_tag(rank, t, h, k));
+      row_stats.push_back(exchange_tag(rank, t, h, 0) + 0.25f);
+      row_stats.push_back(exchange_tag(rank, t, h, 0) + 0.5f);
+    }
+  }
+  partial = DeviceBuffer(shape.send_partial_bytes());
+  partial.upload(values.data(), shape.send_partial_bytes());
+  stats = DeviceBuffer(shape.send_stats_bytes());
+  stats.upload(row_stats.data(), shape.send_stats_bytes());
+  send = DeviceBuffer(shape.send_partial_bytes());
+  send_stats = DeviceBuffer(shape.send_stats_bytes());
+  recv = DeviceBuffer(shape.recv_partial_bytes(rank));
+  recv_stats = DeviceBuffer(shape.recv_stats_bytes(rank));
+  for (DeviceBuffer* b : {&send, &send_stats, &recv, &recv_stats}) b->fill_bytes(0xff);
+  EXPECT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+}
+
+RankSide::~RankSide() {
+  if (stream) cudaStreamDestroy(stream);
+}
+
+dist::RankBuffers RankSide::buffers(std::int32_t rank) const {
+  return {rank,
+          partial.data(),
+          static_cast<const float*>(stats.data()),
+          send.data(),
+          static_cast<float*>(send_stats.data()),
+          recv.data(),
+          static_cast<float*>(recv_stats.data()),
+          stream};
+}
+
+void RankSide::expect_received(const dist::ExchangeShape& shape, std::int32_t rank) const {
+  std::vector<float> got(recv.bytes() / sizeof(float)), got_stats(recv_stats.bytes() / sizeof(float));
+  recv.download(got.data(), recv.bytes());
+  recv_stats.download(got_stats.data(), recv_stats.bytes());
+  const HeadRange mine = shape.heads_of(rank);
+  std::size_t i = 0, j = 0;
+  for (std::int32_t source = 0; source < shape.cp; ++source) {
+    for (std::int64_t t = 0; t < shape.tokens; ++t) {
+      for (std::int32_t h = mine.begin; h < mine.end(); ++h) {
+        for (std::int32_t k = 0; k < shape.width; ++k) {
+          ASSERT_EQ(got[i++], exchange_tag(source, t, h, k)) << "rank " << rank << " from " << source;
+        }
+        ASSERT_EQ(got_stats[j++], exchange_tag(source, t, h, 0) + 0.25f);
+        ASSERT_EQ(got_stats[j++], exchange_tag(source, t, h, 0) + 0.5f);
+      }
+    }
+  }
+}
+
+HelixStepCase kimi_local_case(std::string name, std::int32_t q_len, DType kv_dtype) {
+  HelixStepCase c;
+  c.name = std::move(name);
+  c.cp = 2;
+  c.heads = 48;
+  c.generations = 4;
+  c.q_len = q_len;
+  c.kv_len = {1000, 129, 64, 5};  // groups straddling pages; rank 1 empty for the last two
+  c.page_size = 64;
+  c.kv_dtype = kv_dtype;
+  c.dims = MlaDims{};
+  return c;
+}
+
+}  // namespace helixmla::testing

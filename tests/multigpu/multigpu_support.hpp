@@ -1,0 +1,43 @@
+// What the two-GPU tests share: the exchange buffers of one rank filled with
+// tagged partials, and the Kimi K3 TP2/CP4 local shape.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "device_batch.hpp"
+#include "dist/exchange.hpp"
+#include "support/helix_step.hpp"
+
+#define SKIP_WITHOUT_TWO_GPUS()                                                     \
+  do {                                                                              \
+    if (testing::cuda_device_count() < 2) GTEST_SKIP() << "needs two CUDA devices"; \
+  } while (0)
+
+namespace helixmla::testing {
+
+// fp32 partials whose values name (source rank, token, head, column).
+float exchange_tag(std::int32_t source, std::int64_t token, std::int32_t head, std::int32_t k);
+
+// One rank's exchange buffers on its device: the attention output filled
+// with tags, send staging and receive buffers poisoned (0xff bytes).
+struct RankSide {
+  DeviceBuffer partial, stats, send, send_stats, recv, recv_stats;
+  cudaStream_t stream = nullptr;
+
+  RankSide(const dist::ExchangeShape& shape, std::int32_t rank, int device);
+  ~RankSide();
+  RankSide(const RankSide&) = delete;
+  RankSide& operator=(const RankSide&) = delete;
+
+  dist::RankBuffers buffers(std::int32_t rank) const;
+  // Checks what `rank` received against the tags every source sent it.
+  void expect_received(const dist::ExchangeShape& shape, std::int32_t rank) const;
+};
+
+// The Kimi K3 TP2/CP4 local shape, one rank per GPU.
+HelixStepCase kimi_local_case(std::string name, std::int32_t q_len, DType kv_dtype);
+
+}  // namespace helixmla::testing
