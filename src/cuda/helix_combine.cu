@@ -1,11 +1,10 @@
 // Device Helix combine: one block per (token, head) row; every thread reads
-// the cp statistics (a few floats, cached) and accumulates its columns
-// (helix_combine_row.cuh).
+// the cp statistics (a few floats, cached) and accumulates its columns.
 #include <cmath>
 #include <string>
 
 #include "cuda/cuda_check.hpp"
-#include "cuda/helix_combine_row.cuh"
+#include "cuda/helix_dtype.cuh"
 #include "helixmla/error.hpp"
 #include "helixmla/helix.hpp"
 
@@ -22,6 +21,8 @@ struct CombineGeometry {
   long long stats_head_stride;
 };
 
+__device__ __forceinline__ bool live(const float* s) { return s[1] > 0.0f && isfinite(s[0]); }
+
 template <DType Partial, DType Out>
 __global__ void helix_combine_kernel(const typename cuda::DeviceElement<Partial>::Storage* partial,
                                      const float* stats,
@@ -31,13 +32,37 @@ __global__ void helix_combine_kernel(const typename cuda::DeviceElement<Partial>
   const long long token = row / g.heads;
   const long long head = row % g.heads;
   const long long rank_rows = g.tokens * g.heads;
-  auto source = [&](int i) {
-    const long long source_row = i * rank_rows + row;
-    return cuda::PartialRow<Partial>{partial + source_row * g.width, stats + 2 * source_row};
-  };
-  cuda::helix_combine_row<Partial, Out>(
-      g.cp, g.width, source, out + (token * g.out_head_stride + head) * g.width,
-      out_stats != nullptr ? out_stats + 2 * (token * g.stats_head_stride + head) : nullptr);
+
+  float max_m = -INFINITY;
+  for (int i = 0; i < g.cp; ++i) {
+    const float* s = stats + 2 * (i * rank_rows + row);
+    if (live(s)) max_m = fmaxf(max_m, s[0]);
+  }
+  float denominator = 0.0f;
+  for (int i = 0; i < g.cp; ++i) {
+    const float* s = stats + 2 * (i * rank_rows + row);
+    denominator += live(s) ? s[1] * expf(s[0] - max_m) : 0.0f;
+  }
+
+  const long long out_base = (token * g.out_head_stride + head) * g.width;
+  for (int k = threadIdx.x; k < g.width; k += blockDim.x) {
+    float acc = 0.0f;
+    if (denominator > 0.0f) {
+      for (int i = 0; i < g.cp; ++i) {
+        const float* s = stats + 2 * (i * rank_rows + row);
+        if (!live(s)) continue;
+        const float w = s[1] * expf(s[0] - max_m) / denominator;
+        if (w == 0.0f) continue;
+        acc += w * cuda::DeviceElement<Partial>::load(partial, (i * rank_rows + row) * g.width + k);
+      }
+    }
+    cuda::DeviceElement<Out>::store(out, out_base + k, acc);
+  }
+  if (out_stats != nullptr && threadIdx.x == 0) {
+    float* s = out_stats + 2 * (token * g.stats_head_stride + head);
+    s[0] = denominator > 0.0f ? max_m : -INFINITY;
+    s[1] = denominator;
+  }
 }
 
 template <DType Partial, DType Out>

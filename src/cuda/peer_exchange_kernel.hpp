@@ -13,11 +13,7 @@
 //   3. write this block's rows (and stats) into their owners' slot r;
 //   4. fence (system scope), then peer.done[r][b] = e with release semantics;
 //   5. wait for every peer's "done e" with acquire semantics: afterwards all
-//      rows of block b from every source are in r's receive buffer;
-//   6. when fused with the combine (`Combine::out` set): merge block b's
-//      rows of r's own heads from every source (r's own partial read in
-//      place, never copied) into the output. Row (t, h) sits in block
-//      (t * H + h) mod G on every rank, so block b needs no other block.
+//      rows of block b from every source are in r's receive buffer.
 // Waits give up after `timeout_ns` (global timer): the block sets its rank's
 // device error word (every other waiting block of the rank then gives up at
 // once) and the host-visible `host_error`, and ends without writing
@@ -26,8 +22,6 @@
 #pragma once
 
 #include <cstdint>
-
-#include "helixmla/dtype.hpp"
 
 namespace helixmla::dist::peer {
 
@@ -53,26 +47,15 @@ struct Links {
 
 struct Rows {
   std::int64_t tokens = 0;
-  std::int32_t heads = 0;  // all heads (H)
-  std::int32_t width = 0;
-  DType dtype = DType::bf16;  // partials; also the fused combine's output
-  std::int64_t row_bytes = 0;  // width * dtype size
-};
-
-// The fused combine's outputs for this rank's heads: out [tokens,
-// heads_of(rank), width] of Rows::dtype and stats [tokens, heads_of(rank), 2];
-// `out` null means no combine (the rank's own chunk goes to its slot).
-struct Combine {
-  void* out = nullptr;
-  float* out_stats = nullptr;
+  std::int32_t heads = 0;     // all heads (H)
+  std::int64_t row_bytes = 0;  // one head's partial: width * element size
 };
 
 // Blocks every rank launches for this shape (the same on every rank).
 int grid_blocks(const Rows& rows);
 
 // Enqueues rank `links.rank`'s kernel on `stream` (current device = its GPU).
-// Throws InvalidArgument for a dtype the fused combine does not take.
 void launch(const Links& links, const Rows& rows, const void* partial, const float* stats,
-            const Combine& combine, std::uint64_t timeout_ns, void* stream);
+            std::uint64_t timeout_ns, void* stream);
 
 }  // namespace helixmla::dist::peer

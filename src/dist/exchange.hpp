@@ -59,12 +59,6 @@ struct RankBuffers {
   void* recv_partial = nullptr;
   float* recv_stats = nullptr;
   void* stream = nullptr;
-  // For exchanges that fuse the combine (Exchange::fuses_combine): when set,
-  // the rank's combined output [tokens, heads_of(rank), width] of
-  // partial_dtype and stats [tokens, heads_of(rank), 2] (helix_combine
-  // semantics), and the rank's own receive slot is left unwritten.
-  void* out = nullptr;
-  float* out_stats = nullptr;
 };
 
 class Exchange {
@@ -75,9 +69,6 @@ class Exchange {
   // The ranks this process drives (all of them in process, one per process
   // with one-process-per-GPU NCCL).
   virtual std::vector<std::int32_t> local_ranks() const = 0;
-  // Whether all_to_all also combines when RankBuffers::out is set, saving
-  // the combine's own pass over the received partials.
-  virtual bool fuses_combine() const { return false; }
   // Performs (host) or enqueues (device) the all-to-all for the given local
   // ranks, from their attention outputs to their receive buffers; normally
   // every local rank at once. Device exchanges do not wait for the host.

@@ -335,7 +335,6 @@ void HelixDriver::enqueue_phase(StepPhase phase) {
       }
       return;
     case StepPhase::exchange: {
-      const bool fused = exchange_->fuses_combine();
       std::vector<RankBuffers> buffers;
       for (const auto& rank : ranks_) {
         buffers.push_back(RankBuffers{rank->rank, rank->partial.data(),
@@ -343,15 +342,12 @@ void HelixDriver::enqueue_phase(StepPhase phase) {
                                       rank->send_partial.data(),
                                       static_cast<float*>(rank->send_stats.data()),
                                       rank->recv_partial.data(),
-                                      static_cast<float*>(rank->recv_stats.data()), rank->stream,
-                                      fused ? rank->out.data() : nullptr,
-                                      fused ? static_cast<float*>(rank->out_stats.data()) : nullptr});
+                                      static_cast<float*>(rank->recv_stats.data()), rank->stream});
       }
       exchange_->all_to_all(shape_, buffers);
       return;
     }
     case StepPhase::combine:
-      if (exchange_->fuses_combine()) return;  // done inside the exchange
       for (const auto& rank : ranks_) {
         select_device(*rank);
         HelixCombineArgs args;

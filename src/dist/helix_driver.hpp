@@ -11,8 +11,7 @@
 // - nccl:   rank r on devices[r], one stream per GPU, the NCCL exchange;
 //           phase times are the maximum over ranks.
 // - peer:   as nccl, with the peer exchange (GPUs of this process writing
-//           into each other's memory; dist/peer_exchange.hpp), which also
-//           combines: the combine phase is empty.
+//           into each other's memory; dist/peer_exchange.hpp).
 //
 // Every request is distributed by pages, contexts included (the bounds carry
 // their causal mask), so a mixed batch needs no special case.
@@ -44,8 +43,7 @@ struct HelixDriverOptions {
 // Microseconds of one step.
 struct HelixStepTimes {
   double attention_us = 0.0;
-  double exchange_us = 0.0;  // packing the attention output included (and the
-                             // combine, for exchanges that fuse it)
+  double exchange_us = 0.0;  // packing the attention output included
   double combine_us = 0.0;
   double total_us = 0.0;
 };

@@ -77,7 +77,6 @@ class PeerExchange final : public Exchange {
   }
 
   std::string_view name() const override { return "peer"; }
-  bool fuses_combine() const override { return true; }
   std::int32_t size() const override { return static_cast<std::int32_t>(devices_.size()); }
   std::vector<std::int32_t> local_ranks() const override {
     std::vector<std::int32_t> all;
@@ -110,7 +109,7 @@ class PeerExchange final : public Exchange {
                               "the peer exchange needs every rank's buffers in the same call");
       }
     }
-    const peer::Rows rows{shape.tokens, shape.heads, shape.width, shape.partial_dtype,
+    const peer::Rows rows{shape.tokens, shape.heads,
                           static_cast<std::int64_t>(shape.width) * static_cast<std::int64_t>(shape.element_bytes())};
     if (rows.tokens * rows.heads == 0) return;
     const auto timeout_ns = static_cast<std::uint64_t>(
@@ -119,8 +118,7 @@ class PeerExchange final : public Exchange {
       links.rank = b->rank;
       links.host_error = host_errors_ + b->rank;
       HELIXMLA_CUDA_CHECK(cudaSetDevice(devices_[static_cast<std::size_t>(b->rank)]));
-      peer::launch(links, rows, b->partial, b->partial_stats, peer::Combine{b->out, b->out_stats},
-                   timeout_ns, b->stream);
+      peer::launch(links, rows, b->partial, b->partial_stats, timeout_ns, b->stream);
     }
   }
 

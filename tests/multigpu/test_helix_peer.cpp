@@ -9,9 +9,6 @@
 #include <cuda_runtime.h>
 
 #include <chrono>
-#include <cmath>
-#include <memory>
-#include <random>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -22,7 +19,6 @@
 #include "dist/helix_driver.hpp"
 #include "dist/peer_exchange.hpp"
 #include "helixmla/error.hpp"
-#include "helixmla/helix.hpp"
 #include "multigpu/multigpu_support.hpp"
 #include "support/helix_step.hpp"
 #include "synthetic_batch.hpp"
@@ -56,91 +52,6 @@ TEST(HelixPeer, ExchangeDeliversEveryChunkStepAfterStep) {
       r0.expect_received(shape, 0);
       r1.expect_received(shape, 1);
       if (HasFatalFailure()) return;
-    }
-  }
-}
-
-// The fused combine against the host combine of the same partials: random
-// values and statistics, some rows with no visible KV on one rank or both.
-TEST(HelixPeer, FusedCombineMatchesTheHostCombine) {
-  SKIP_WITHOUT_PEER_ACCESS();
-  const std::vector<int> devices = {0, 1};
-  auto exchange = dist::make_peer_exchange(devices, dist::PeerOptions::from_environment());
-  for (std::int32_t heads : {48, 7}) {
-    const dist::ExchangeShape shape{2, 5, heads, 512, DType::fp32};
-    const std::int64_t rows = shape.tokens * heads;
-    std::mt19937 rng(1234 + heads);
-    std::uniform_real_distribution<float> value(-1.0f, 1.0f), m(-3.0f, 3.0f), l(0.5f, 4.0f);
-    std::vector<std::vector<float>> partial(2), stats(2);
-    for (int r = 0; r < 2; ++r) {
-      for (std::int64_t i = 0; i < rows * shape.width; ++i) partial[r].push_back(value(rng));
-      for (std::int64_t row = 0; row < rows; ++row) {
-        const bool empty = (row % 5 == r) || row % 11 == 0;  // rank r or both see nothing
-        stats[r].push_back(empty ? -INFINITY : m(rng));
-        stats[r].push_back(empty ? 0.0f : l(rng));
-      }
-    }
-    std::vector<std::unique_ptr<RankSide>> sides;
-    std::vector<testing::DeviceBuffer> out, out_stats;
-    std::vector<dist::RankBuffers> buffers;
-    for (int r = 0; r < 2; ++r) {
-      sides.push_back(std::make_unique<RankSide>(shape, r, r));
-      sides[r]->partial.upload(partial[r].data(), shape.send_partial_bytes());
-      sides[r]->stats.upload(stats[r].data(), shape.send_stats_bytes());
-      const std::size_t mine = static_cast<std::size_t>(shape.tokens * shape.heads_of(r).count);
-      out.emplace_back(mine * shape.width * sizeof(float));
-      out.back().fill_bytes(0xff);
-      out_stats.emplace_back(mine * 2 * sizeof(float));
-      out_stats.back().fill_bytes(0xff);
-      dist::RankBuffers b = sides[r]->buffers(r);
-      b.out = out[r].data();
-      b.out_stats = static_cast<float*>(out_stats[r].data());
-      buffers.push_back(b);
-    }
-    exchange->all_to_all(shape, buffers);
-    const std::vector<void*> streams = {sides[0]->stream, sides[1]->stream};
-    exchange->wait(streams);
-
-    for (int r = 0; r < 2; ++r) {
-      const HeadRange mine = shape.heads_of(r);
-      // The combine's input as every source would send it.
-      std::vector<float> gathered, gathered_stats;
-      for (int source = 0; source < 2; ++source) {
-        for (std::int64_t t = 0; t < shape.tokens; ++t) {
-          for (std::int32_t h = mine.begin; h < mine.end(); ++h) {
-            const std::int64_t row = t * heads + h;
-            gathered.insert(gathered.end(), partial[source].begin() + row * shape.width,
-                            partial[source].begin() + (row + 1) * shape.width);
-            gathered_stats.push_back(stats[source][2 * row]);
-            gathered_stats.push_back(stats[source][2 * row + 1]);
-          }
-        }
-      }
-      const std::size_t count = static_cast<std::size_t>(shape.tokens * mine.count);
-      std::vector<float> expected(count * shape.width), expected_stats(count * 2);
-      HelixCombineArgs args;
-      args.cp = 2;
-      args.tokens = shape.tokens;
-      args.heads = mine.count;
-      args.width = shape.width;
-      args.partial = gathered.data();
-      args.partial_dtype = DType::fp32;
-      args.stats = gathered_stats.data();
-      args.out = expected.data();
-      args.out_dtype = DType::fp32;
-      args.out_stats = expected_stats.data();
-      helix_combine_host(args);
-
-      std::vector<float> got(expected.size()), got_stats(expected_stats.size());
-      out[r].download(got.data(), got.size() * sizeof(float));
-      out_stats[r].download(got_stats.data(), got_stats.size() * sizeof(float));
-      for (std::size_t i = 0; i < got.size(); ++i) {
-        ASSERT_NEAR(got[i], expected[i], 1e-5f + 1e-5f * std::fabs(expected[i])) << "rank " << r << " element " << i;
-      }
-      for (std::size_t i = 0; i < got_stats.size(); i += 2) {
-        ASSERT_EQ(got_stats[i], expected_stats[i]) << "rank " << r << " row " << i / 2;
-        ASSERT_NEAR(got_stats[i + 1], expected_stats[i + 1], 1e-5f * expected_stats[i + 1]) << "rank " << r;
-      }
     }
   }
 }
