@@ -4,6 +4,8 @@
 #include <string>
 
 #include "cuda/cuda_check.hpp"
+#include "cuda/dependent_launch.cuh"
+#include "cuda/dependent_launch.hpp"
 #include "cuda/helix_dtype.cuh"
 #include "helixmla/error.hpp"
 #include "helixmla/helix.hpp"
@@ -32,6 +34,7 @@ __global__ void helix_combine_kernel(const typename cuda::DeviceElement<Partial>
   const long long token = row / g.heads;
   const long long head = row % g.heads;
   const long long rank_rows = g.tokens * g.heads;
+  cuda::wait_for_previous_grid();  // launched early: the exchange writes the input
 
   float max_m = -INFINITY;
   for (int i = 0; i < g.cp; ++i) {
@@ -76,11 +79,10 @@ void launch(const HelixCombineArgs& a, cudaStream_t stream) {
                           a.out_head_stride > 0 ? a.out_head_stride : a.heads,
                           a.out_stats_head_stride > 0 ? a.out_stats_head_stride : a.heads};
   constexpr int kThreads = 128;
-  helix_combine_kernel<Partial, Out>
-      <<<static_cast<unsigned>(a.tokens * a.heads), kThreads, 0, stream>>>(
-          static_cast<const PartialStorage*>(a.partial), a.stats, static_cast<OutStorage*>(a.out),
-          a.out_stats, g);
-  HELIXMLA_CUDA_CHECK_LAUNCH();
+  // Early: its launch hides behind the exchange, whose end it waits for.
+  cuda::launch_maybe_early(true, helix_combine_kernel<Partial, Out>, static_cast<unsigned>(a.tokens * a.heads),
+                           kThreads, stream, static_cast<const PartialStorage*>(a.partial), a.stats,
+                           static_cast<OutStorage*>(a.out), a.out_stats, g);
 }
 
 template <DType Partial>

@@ -5,6 +5,8 @@
 #include <cstdint>
 
 #include "cuda/cuda_check.hpp"
+#include "cuda/dependent_launch.cuh"
+#include "cuda/dependent_launch.hpp"
 
 namespace helixmla::dist::peer {
 
@@ -61,10 +63,14 @@ exchange_kernel(Links links, Rows rows, const std::uint8_t* partial, const float
   if (threadIdx.x == 0) gave_up = 0;
   __syncthreads();
 
+  // Launched early (dependent_launch.hpp): the handshake overlaps the end of
+  // the kernel that writes `partial`, which is read only after the wait.
   if (signals) store_release(&links.flags[peer]->ready[me][b], epoch);
   if (signals && !wait_for(&mine->ready[peer][b], epoch, timeout_ns, links)) gave_up = 1;
   __syncthreads();
   if (gave_up) return;  // a peer's slot may still be in use: write nothing
+  cuda::wait_for_previous_grid();
+  cuda::allow_next_grid();
 
   // Rows b, b + G, ... of [tokens, H]; the owner of head h is the rank p
   // with p * H / cp <= h < (p + 1) * H / cp.
@@ -122,11 +128,11 @@ void launch(const Links& links, const Rows& rows, const void* partial, const flo
   }
   const unsigned blocks = static_cast<unsigned>(grid_blocks(rows));
   if (vector_aligned) {
-    exchange_kernel<uint4><<<blocks, kThreads, 0, s>>>(links, rows, src, stats, timeout_ns);
+    cuda::launch_maybe_early(true, exchange_kernel<uint4>, blocks, kThreads, s, links, rows, src, stats, timeout_ns);
   } else {
-    exchange_kernel<std::uint8_t><<<blocks, kThreads, 0, s>>>(links, rows, src, stats, timeout_ns);
+    cuda::launch_maybe_early(true, exchange_kernel<std::uint8_t>, blocks, kThreads, s, links, rows, src, stats,
+                             timeout_ns);
   }
-  HELIXMLA_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace helixmla::dist::peer

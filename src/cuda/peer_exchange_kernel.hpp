@@ -14,6 +14,10 @@
 //   4. fence (system scope), then peer.done[r][b] = e with release semantics;
 //   5. wait for every peer's "done e" with acquire semantics: afterwards all
 //      rows of block b from every source are in r's receive buffer.
+// The kernel is launched early (programmatic dependent launch): steps 1-2
+// overlap the end of the kernel that wrote the partials, which the kernel
+// waits for before step 3. This relies on every kernel before that one
+// having finished, as it does when they are ordinary launches.
 // Waits give up after `timeout_ns` (global timer): the block sets its rank's
 // device error word (every other waiting block of the rank then gives up at
 // once) and the host-visible `host_error`, and ends without writing

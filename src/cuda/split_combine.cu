@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cuda/cuda_check.hpp"
+#include "cuda/dependent_launch.cuh"
 #include "cuda/pair_codec.cuh"
 #include "helixmla/error.hpp"
 
@@ -55,6 +56,9 @@ __device__ float block_reduce(float value, float* scratch) {
 
 template <typename Out, int LANES>
 __global__ void __launch_bounds__(32 * LANES) split_combine_kernel(SplitCombineArgs args) {
+  // A kernel launched early after this one (a Helix exchange) may start its
+  // prologue now; it still waits for this grid before reading the output.
+  cuda::allow_next_grid();
   constexpr int kThreads = 32 * LANES;
   __shared__ float reduce_s[LANES];
   __shared__ float4 lane_sums_s[LANES > 1 ? LANES - 1 : 1][32];

@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <mutex>
+#include <set>
+#include <utility>
 #include <string>
 #include <thread>
 #include <vector>
@@ -37,6 +40,22 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Enables access from `from` (the current device) to `to` once per process:
+// enabling it again is an error CUDA reports (and sanitizers flag).
+void enable_peer_access(int from, int to) {
+  static std::mutex mutex;
+  static std::set<std::pair<int, int>> enabled;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!enabled.insert({from, to}).second) return;
+  const cudaError_t e = cudaDeviceEnablePeerAccess(to, 0);
+  if (e == cudaErrorPeerAccessAlreadyEnabled) {
+    cudaGetLastError();  // enabled by someone else in this process
+    return;
+  }
+  if (e != cudaSuccess) enabled.erase({from, to});
+  HELIXMLA_CUDA_CHECK(e);
+}
+
 class PeerExchange final : public Exchange {
  public:
   PeerExchange(std::vector<int> devices, PeerOptions options)
@@ -48,13 +67,7 @@ class PeerExchange final : public Exchange {
     for (std::size_t r = 0; r < devices_.size(); ++r) {
       HELIXMLA_CUDA_CHECK(cudaSetDevice(devices_[r]));
       for (std::size_t p = 0; p < devices_.size(); ++p) {
-        if (p == r) continue;
-        const cudaError_t e = cudaDeviceEnablePeerAccess(devices_[p], 0);
-        if (e == cudaErrorPeerAccessAlreadyEnabled) {
-          cudaGetLastError();
-        } else {
-          HELIXMLA_CUDA_CHECK(e);
-        }
+        if (p != r) enable_peer_access(devices_[r], devices_[p]);
       }
       void* flags = nullptr;
       HELIXMLA_CUDA_CHECK(cudaMalloc(&flags, sizeof(peer::Flags)));
