@@ -5,7 +5,6 @@
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/dependent_launch.cuh"
-#include "cuda/dependent_launch.hpp"
 #include "cuda/pair_codec.cuh"
 #include "helixmla/error.hpp"
 
@@ -57,10 +56,8 @@ __device__ float block_reduce(float value, float* scratch) {
 
 template <typename Out, int LANES>
 __global__ void __launch_bounds__(32 * LANES) split_combine_kernel(SplitCombineArgs args) {
-  // Launched early behind the attention kernel: wait for its partials. A
-  // kernel launched early after this one (a Helix exchange) may then start
-  // its prologue; it still waits for this grid before reading the output.
-  cuda::wait_for_previous_grid();
+  // A kernel launched early after this one (a Helix exchange) may start its
+  // prologue now; it still waits for this grid before reading the output.
   cuda::allow_next_grid();
   constexpr int kThreads = 32 * LANES;
   __shared__ float reduce_s[LANES];
@@ -145,9 +142,9 @@ __global__ void __launch_bounds__(32 * LANES) split_combine_kernel(SplitCombineA
 template <typename Out>
 void launch_for(const SplitCombineArgs& args, dim3 grid, cudaStream_t stream) {
   if (args.max_splits >= kWideFromSplits) {
-    launch_maybe_early(true, split_combine_kernel<Out, kWideLanes>, grid, 32 * kWideLanes, stream, args);
+    split_combine_kernel<Out, kWideLanes><<<grid, 32 * kWideLanes, 0, stream>>>(args);
   } else {
-    launch_maybe_early(true, split_combine_kernel<Out, 1>, grid, 32, stream, args);
+    split_combine_kernel<Out, 1><<<grid, 32, 0, stream>>>(args);
   }
 }
 

@@ -861,9 +861,6 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
 template <int M, int PAGE, int ELEM, int KV, int ENGINE>
 __global__ void __launch_bounds__(kThreads, Config<M, KV, ENGINE>::kBlocksPerSm)
     mla_decode_kernel(Params p) {
-  // The split combine launches early behind this grid (dependent_launch.hpp)
-  // and waits for it to finish; letting it in now hides its launch.
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   decode_tile<M, PAGE, ELEM, KV, ENGINE>(p);
 }
 
