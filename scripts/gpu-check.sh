@@ -68,10 +68,10 @@ if step helix; then
   helix_run cp8-inproc --cp 8 --heads 128 --batch 4 --kv-len 4096 --devices 0
   if [ "$gpus" -ge 2 ]; then
     helix_run kimi-cp2-verify --cp 2 --devices 0,1 --heads 48 --page-size 64 --batch 4 --kv-len 4096 --q-len 4 --kv-dtype fp8
-    helix_run case7-cp2 --cp 2 --devices 0,1 --heads 16 --batch 8 --kv-len 131072 --page-size 64
-    helix_run 1m-cp2 --cp 2 --devices 0,1 --heads 16 --batch 2 --kv-len 1048576 --page-size 64
-    helix_run case7-cp2-peer --cp 2 --devices 0,1 --exchange peer --heads 16 --batch 8 --kv-len 131072 --page-size 64
-    helix_run 1m-cp2-peer --cp 2 --devices 0,1 --exchange peer --heads 16 --batch 2 --kv-len 1048576 --page-size 64
+    for exchange in ${HELIXMLA_HELIX_EXCHANGES:-peer nccl}; do
+      helix_run case7-cp2-$exchange --cp 2 --devices 0,1 --exchange "$exchange" --heads 16 --batch 8 --kv-len 131072 --page-size 64
+      helix_run 1m-cp2-$exchange --cp 2 --devices 0,1 --exchange "$exchange" --heads 16 --batch 2 --kv-len 1048576 --page-size 64
+    done
   fi
   summary+=("[helix done at $(elapsed) s]")
 fi

@@ -150,7 +150,7 @@ void add_run_command(CLI::App& app) {
   add_problem_flags(*cmd, flags->problem);
   cmd->add_option("--cp", flags->cp, "Helix context-parallel ranks (>1 splits the KV over ranks)")
       ->capture_default_str()->check(CLI::Range(1, 64));
-  cmd->add_option("--devices", flags->devices, "GPUs for Helix ranks through NCCL, e.g. 0,1 (default: in-process)")
+  cmd->add_option("--devices", flags->devices, "One GPU per Helix rank, e.g. 0,1 (see --exchange; default: every rank in process on one GPU)")
       ->delimiter(',');
   cmd->add_option("--repeat", flags->repeat, "Timed repetitions (the median is reported)")
       ->capture_default_str()->check(CLI::Range(1, 100000));

@@ -13,6 +13,7 @@
 
 #include "compare.hpp"
 #include "dist/helix_driver.hpp"
+#include "dist/peer_exchange.hpp"
 #include "helixmla/reference.hpp"
 #include "helixmla/runtime.hpp"
 #include "naive_attention.hpp"
@@ -65,7 +66,12 @@ dist::HelixMode choose_mode(const ProblemFlags& flags, int cp, const std::vector
                                                           "needs one device per rank",
                                                           devices.size(), cp));
     }
-    return exchange == "peer" ? dist::HelixMode::peer : dist::HelixMode::nccl;
+    if (exchange == "nccl") return dist::HelixMode::nccl;
+    // The peer exchange is one kernel per step where NCCL takes a pack
+    // kernel and its own (bench/RESULTS.md: case 7 at cp=2, 165.6 against
+    // 178.2 us a step); it needs every pair of GPUs to reach each other.
+    if (exchange == "peer" || dist::peer_exchange_possible(devices)) return dist::HelixMode::peer;
+    return dist::HelixMode::nccl;
   }
   if (!devices.empty()) return dist::HelixMode::device;
 #if defined(HELIXMLA_WITH_CUDA)
@@ -159,9 +165,9 @@ void add_helix_flags(CLI::App& command, HelixRunOptions& options) {
                    "Helix on a GPU: skip timing the batch without Helix on one GPU");
   command
       .add_option("--exchange", options.exchange,
-                  "Helix over several --devices: nccl, or peer (one kernel storing straight into "
-                  "the other GPUs' memory; needs peer access)")
-      ->check(CLI::IsMember({"nccl", "peer"}))
+                  "Helix over several --devices: peer (one kernel storing straight into the other "
+                  "GPUs' memory; needs peer access), nccl, or auto (peer when every pair has it)")
+      ->check(CLI::IsMember({"auto", "nccl", "peer"}))
       ->capture_default_str();
 }
 

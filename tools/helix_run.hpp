@@ -16,7 +16,7 @@ struct HelixRunOptions {
   int repeat = 1;        // timed steps; the median of each phase is reported
   bool graphs = true;    // on a GPU: also time whole-step CUDA graph replays
   bool baseline = true;  // on a GPU: also time the whole batch without Helix on one GPU
-  std::string exchange = "nccl";  // with several --devices: nccl or peer
+  std::string exchange = "auto";  // with several --devices: auto, nccl or peer
 };
 
 // Adds --no-graphs, --no-baseline and --exchange (`run` already owns --repeat).
@@ -24,8 +24,9 @@ void add_helix_flags(CLI::App& command, HelixRunOptions& options);
 
 // Devices: none -> every rank in process on GPU 0 when there is one (the CPU
 // when not, or with --backend cpu); one -> every rank in process on that GPU;
-// cp of them -> rank r on devices[r] through NCCL, or with --exchange peer
-// through direct stores between the GPUs. Returns 0 when the result
+// cp of them -> rank r on devices[r], exchanging through direct stores
+// between the GPUs when every pair has peer access (--exchange auto, the
+// default, or peer), else through NCCL (auto, or nccl). Returns 0 when the result
 // matches the reference, 1 when it does not.
 int run_helix_command(const ProblemFlags& flags, int cp, const std::vector<int>& devices, bool json,
                       const HelixRunOptions& options = {});
