@@ -66,6 +66,18 @@ TEST_F(Cli, AnUnknownBackendIsABadFlagValue) {
   EXPECT_TRUE(has(o.output, "unknown backend bogus")) << o.output;
 }
 
+// The peer exchange needs one GPU per rank: asked for without --devices it
+// is a bad flag value on any machine, not a failure later.
+TEST_F(Cli, PeerExchangeWithoutDevicesIsABadFlagValue) {
+  Outcome o = helixmla("run --cp 2 --exchange peer --heads 16 --kv-len 64 --batch 1");
+  EXPECT_EQ(o.code, 2) << o.output;
+  EXPECT_TRUE(has(o.output, "--exchange: peer needs one GPU per rank")) << o.output;
+
+  o = helixmla("run --cp 2 --exchange carrier-pigeon --heads 16 --kv-len 64 --batch 1");
+  EXPECT_EQ(o.code, 2) << o.output;
+  EXPECT_TRUE(has(o.output, "--exchange")) << o.output;
+}
+
 // `sweep --profile` skips phases outside the profile's scope; `explain` shows
 // them as such instead of failing for want of a backend.
 TEST_F(Cli, ExplainShowsPhasesOutsideTheProfileScopeWithoutFailing) {
