@@ -2,7 +2,6 @@
 #include "dist/peer_exchange.hpp"
 
 #include <algorithm>
-#include <cstdint>
 #include <cstdlib>
 #include <mutex>
 #include <set>
@@ -84,9 +83,9 @@ class PeerExchange final : public Exchange {
   ~PeerExchange() override {
     if (host_errors_ != nullptr) cudaFreeHost(host_errors_);
     for (std::size_t r = 0; r < devices_.size(); ++r) {
+      if (flags_[r] == nullptr) continue;
       cudaSetDevice(devices_[r]);
-      if (flags_[r] != nullptr) cudaFree(flags_[r]);
-      if (landing_[r] != nullptr) cudaFree(landing_[r]);
+      cudaFree(flags_[r]);
     }
   }
 
@@ -126,19 +125,6 @@ class PeerExchange final : public Exchange {
     const peer::Rows rows{shape.tokens, shape.heads,
                           static_cast<std::int64_t>(shape.width) * static_cast<std::int64_t>(shape.element_bytes())};
     if (rows.tokens * rows.heads == 0) return;
-    if (rows.row_bytes % 4 != 0) {
-      throw InvalidArgument("width", -1, std::to_string(shape.width),
-                            "the peer exchange moves rows in 4-byte words: width * element size must be a "
-                            "multiple of 4");
-    }
-    for (const RankBuffers* b : table) {
-      const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 4 == 0; };
-      if (!aligned(b->partial) || !aligned(b->recv_partial)) {
-        throw InvalidArgument("partial", b->rank, "misaligned", "the peer exchange needs 4-byte aligned buffers");
-      }
-    }
-    reserve_landing(shape, table);
-    for (std::int32_t r = 0; r < size(); ++r) links.landing[r] = landing_[static_cast<std::size_t>(r)];
     const auto timeout_ns = static_cast<std::uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(options_.timeout).count());
     for (const RankBuffers* b : table) {
@@ -182,48 +168,6 @@ class PeerExchange final : public Exchange {
   }
 
  private:
-  // Grows each rank's landing area (every source's rows for that rank, as
-  // 8-byte words) to this shape. Growing allocates, zeroes and waits for the
-  // devices, so it happens on the first step of a larger shape and must not
-  // happen while a stream is being captured.
-  void reserve_landing(const ExchangeShape& shape, const std::vector<const RankBuffers*>& table) {
-    const peer::Rows rows{shape.tokens, shape.heads,
-                          static_cast<std::int64_t>(shape.width) * static_cast<std::int64_t>(shape.element_bytes())};
-    std::vector<std::size_t> needed(devices_.size());
-    bool grow = false;
-    for (std::size_t r = 0; r < devices_.size(); ++r) {
-      needed[r] = static_cast<std::size_t>(shape.cp) * static_cast<std::size_t>(shape.tokens) *
-                  static_cast<std::size_t>(shape.heads_of(static_cast<std::int32_t>(r)).count) *
-                  static_cast<std::size_t>(peer::landing_row_words(rows)) * sizeof(std::uint64_t);
-      grow = grow || needed[r] > landing_bytes_[r];
-    }
-    if (!grow) return;
-    for (const RankBuffers* b : table) {
-      HELIXMLA_CUDA_CHECK(cudaSetDevice(devices_[static_cast<std::size_t>(b->rank)]));
-      cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-      HELIXMLA_CUDA_CHECK(cudaStreamIsCapturing(static_cast<cudaStream_t>(b->stream), &capture));
-      if (capture != cudaStreamCaptureStatusNone) {
-        throw InvalidArgument("shape.tokens", b->rank, std::to_string(shape.tokens),
-                              "needs a larger peer-exchange landing area, which cannot be allocated "
-                              "during CUDA graph capture: run one step of this shape before capturing");
-      }
-    }
-    for (std::size_t r = 0; r < devices_.size(); ++r) {
-      HELIXMLA_CUDA_CHECK(cudaSetDevice(devices_[r]));
-      HELIXMLA_CUDA_CHECK(cudaDeviceSynchronize());  // no kernel may still use the old area
-      if (landing_[r] != nullptr) HELIXMLA_CUDA_CHECK(cudaFree(landing_[r]));
-      landing_[r] = nullptr;
-      landing_bytes_[r] = 0;
-      void* area = nullptr;
-      HELIXMLA_CUDA_CHECK(cudaMalloc(&area, needed[r]));
-      landing_[r] = static_cast<std::uint64_t*>(area);
-      landing_bytes_[r] = needed[r];
-      // Zero words carry epoch 0, which no launch uses.
-      HELIXMLA_CUDA_CHECK(cudaMemset(area, 0, needed[r]));
-      HELIXMLA_CUDA_CHECK(cudaDeviceSynchronize());
-    }
-  }
-
   void usable() const {
     if (broken_) throw RuntimeFailure("the peer exchange failed earlier and refuses further use: " + why_);
   }
@@ -237,8 +181,6 @@ class PeerExchange final : public Exchange {
   std::vector<int> devices_;
   PeerOptions options_;
   std::vector<peer::Flags*> flags_;
-  std::vector<std::uint64_t*> landing_ = std::vector<std::uint64_t*>(devices_.size(), nullptr);
-  std::vector<std::size_t> landing_bytes_ = std::vector<std::size_t>(devices_.size(), 0);
   std::uint32_t* host_errors_ = nullptr;  // one word per rank, mapped pinned memory
   bool broken_ = false;
   std::string why_;

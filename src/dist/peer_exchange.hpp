@@ -1,13 +1,10 @@
 // The Helix exchange between GPUs of one process that reach each other's
-// memory (peer access over NVLink): one kernel per GPU stores every row for
-// another rank into that rank's landing area as words tagged with the step,
-// polls its own landing area and unpacks into its receive buffer (protocol
-// in src/cuda/peer_exchange_kernel.hpp). It replaces the pack kernel and
-// NCCL's send/receive kernel of a decode step with one launch; NCCL
-// (nccl_exchange.hpp) remains the transport for one process per GPU and for
-// GPUs without peer access. The first step of a larger shape than any
-// before allocates the landing areas (and waits for the devices): run it
-// eagerly before capturing a CUDA graph of that shape.
+// memory (peer access over NVLink): one kernel per GPU writes every row
+// straight into its owner's receive buffer and trades flags with the same
+// block on every peer (protocol in src/cuda/peer_exchange_kernel.hpp). It
+// replaces the pack kernel and NCCL's send/receive kernel of a decode step
+// with one launch; NCCL (nccl_exchange.hpp) remains the transport for one
+// process per GPU and for GPUs without peer access.
 //
 // Faults: a peer that does not reach the exchange within the timeout
 // (HELIXMLA_EXCHANGE_TIMEOUT_MS, default 30000) makes the waiting kernels
