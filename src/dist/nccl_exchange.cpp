@@ -1,6 +1,8 @@
 // NCCL implementation of the Helix exchange (see nccl_exchange.hpp).
 #include "dist/nccl_exchange.hpp"
 
+#include "dist/stream_wait.hpp"
+
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <unistd.h>
@@ -224,27 +226,17 @@ class NcclExchange final : public Exchange {
   void wait(std::span<void* const> streams) override {
     usable();
     const auto deadline = Clock::now() + options_.timeout;
-    std::vector<bool> finished(streams.size(), false);
-    std::size_t remaining = streams.size();
-    while (remaining > 0) {
-      for (std::size_t i = 0; i < streams.size(); ++i) {
-        if (finished[i]) continue;
-        const cudaError_t status = cudaStreamQuery(static_cast<cudaStream_t>(streams[i]));
-        if (status == cudaSuccess) {
-          finished[i] = true;
-          --remaining;
-        } else if (status != cudaErrorNotReady) {
-          fail(std::string("a stream of the exchange failed: ") + cudaGetErrorString(status));
-        }
-      }
-      if (remaining == 0) break;
-      check_async_errors("waiting for the exchange");
-      if (Clock::now() > deadline) {
-        fail("a peer did not complete the exchange within " +
-             std::to_string(options_.timeout.count()) + " ms (HELIXMLA_NCCL_TIMEOUT_MS)");
-      }
-      std::this_thread::sleep_for(kPollInterval);
-    }
+    wait_for_streams(
+        streams,
+        [&] {
+          check_async_errors("waiting for the exchange");
+          if (Clock::now() > deadline) {
+            fail("a peer did not complete the exchange within " +
+                 std::to_string(options_.timeout.count()) + " ms (HELIXMLA_NCCL_TIMEOUT_MS)");
+          }
+          std::this_thread::sleep_for(kPollInterval);
+        },
+        [&](const std::string& why) { fail(why); });
   }
 
  private:

@@ -17,6 +17,7 @@
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/peer_exchange_kernel.hpp"
+#include "dist/stream_wait.hpp"
 #endif
 
 namespace helixmla::dist {
@@ -141,33 +142,27 @@ class PeerExchange final : public Exchange {
     // read here without any CUDA call; the deadline only guards against a
     // stream that never reaches the exchange.
     const auto deadline = Clock::now() + 2 * options_.timeout;
-    std::vector<bool> finished(streams.size(), false);
-    std::size_t remaining = streams.size();
-    while (true) {
-      for (std::size_t r = 0; r < devices_.size(); ++r) {
-        if (static_cast<volatile std::uint32_t*>(host_errors_)[r] != 0) {
-          fail("rank " + std::to_string(r) + " waited longer than " +
-               std::to_string(options_.timeout.count()) +
-               " ms (HELIXMLA_EXCHANGE_TIMEOUT_MS) for a peer");
-        }
-      }
-      if (remaining == 0) return;
-      for (std::size_t i = 0; i < streams.size(); ++i) {
-        if (finished[i]) continue;
-        const cudaError_t status = cudaStreamQuery(static_cast<cudaStream_t>(streams[i]));
-        if (status == cudaSuccess) {
-          finished[i] = true;
-          --remaining;
-        } else if (status != cudaErrorNotReady) {
-          fail(std::string("a stream of the exchange failed: ") + cudaGetErrorString(status));
-        }
-      }
-      if (remaining > 0 && Clock::now() > deadline) fail("a stream did not reach the exchange in time");
-      if (remaining > 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
+    wait_for_streams(
+        streams,
+        [&] {
+          check_timeouts();
+          if (Clock::now() > deadline) fail("a stream did not reach the exchange in time");
+          std::this_thread::sleep_for(std::chrono::microseconds(50));
+        },
+        [&](const std::string& why) { fail(why); });
+    check_timeouts();
   }
 
  private:
+  void check_timeouts() {
+    for (std::size_t r = 0; r < devices_.size(); ++r) {
+      if (static_cast<volatile std::uint32_t*>(host_errors_)[r] != 0) {
+        fail("rank " + std::to_string(r) + " waited longer than " + std::to_string(options_.timeout.count()) +
+             " ms (HELIXMLA_EXCHANGE_TIMEOUT_MS) for a peer");
+      }
+    }
+  }
+
   void usable() const {
     if (broken_) throw RuntimeFailure("the peer exchange failed earlier and refuses further use: " + why_);
   }

@@ -2,6 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include "compare.hpp"
+#include "synthetic_batch.hpp"
+
+#include <cstddef>
+#include <iostream>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -67,6 +73,16 @@ void RankSide::expect_received(const dist::ExchangeShape& shape, std::int32_t ra
   }
 }
 
+void expect_exchange_delivers(dist::Exchange& exchange, const dist::ExchangeShape& shape) {
+  RankSide r0(shape, 0, 0), r1(shape, 1, 1);
+  const std::vector<dist::RankBuffers> buffers = {r0.buffers(0), r1.buffers(1)};
+  exchange.all_to_all(shape, buffers);
+  const std::vector<void*> streams = {r0.stream, r1.stream};
+  exchange.wait(streams);
+  r0.expect_received(shape, 0);
+  r1.expect_received(shape, 1);
+}
+
 HelixStepCase kimi_local_case(std::string name, std::int32_t q_len, DType kv_dtype) {
   HelixStepCase c;
   c.name = std::move(name);
@@ -79,6 +95,33 @@ HelixStepCase kimi_local_case(std::string name, std::int32_t q_len, DType kv_dty
   c.kv_dtype = kv_dtype;
   c.dims = MlaDims{};
   return c;
+}
+
+void expect_two_gpu_step_matches(dist::HelixMode mode, const HelixStepCase& c, std::uint64_t seed) {
+  SyntheticBatch batch(batch_spec_of(c, seed));
+  const Problem global = batch.problem();
+  dist::HelixDriverOptions options;
+  options.cp = c.cp;
+  options.mode = mode;
+  options.devices = {0, 1};
+  dist::HelixDriver driver(global, options);
+  const HelixStepResult step = expect_helix_step_matches(driver, batch, c.name, {.out_rel_l2 = 1e-2, .stats = 2e-3});
+  std::cout << c.name << " (" << driver.exchange_name() << ", " << driver.backends() << "): attention "
+            << step.times.attention_us << " us, exchange " << step.times.exchange_us << " us, combine "
+            << step.times.combine_us << " us\n";
+  if (::testing::Test::HasFatalFailure()) return;
+
+  // Replays reuse the same buffers (and the peer exchange's flags).
+  std::string why;
+  for (int replay = 0; replay < 3; ++replay) {
+    driver.poison_outputs();
+    const std::optional<double> graph_us = driver.graph_step_us(&why);
+    ASSERT_TRUE(graph_us.has_value()) << c.name << ": " << why;
+    std::vector<std::byte> replayed(batch.out_bytes(), std::byte{0xff});
+    driver.fetch_output(replayed.data(), nullptr);
+    EXPECT_TRUE(compare(replayed.data(), global.out_dtype, step.expected.out).within(1e-2))
+        << c.name << " replay " << replay;
+  }
 }
 
 }  // namespace helixmla::testing

@@ -9,6 +9,7 @@
 
 #include "device_batch.hpp"
 #include "dist/exchange.hpp"
+#include "dist/helix_driver.hpp"
 #include "support/helix_step.hpp"
 
 #define SKIP_WITHOUT_TWO_GPUS()                                                     \
@@ -37,7 +38,17 @@ struct RankSide {
   void expect_received(const dist::ExchangeShape& shape, std::int32_t rank) const;
 };
 
+// One all-to-all of tagged partials between ranks 0 and 1 on GPUs 0 and 1
+// through `exchange`, every received chunk checked against its tags.
+void expect_exchange_delivers(dist::Exchange& exchange, const dist::ExchangeShape& shape);
+
 // The Kimi K3 TP2/CP4 local shape, one rank per GPU.
 HelixStepCase kimi_local_case(std::string name, std::int32_t q_len, DType kv_dtype);
+
+// Case `c` as one Helix step with a rank on each of GPUs 0 and 1 (`mode`
+// nccl or peer), checked against the float64 reference, then three
+// whole-step CUDA graph replays of the same buffers, each poisoned first and
+// checked again. Prints the phase times.
+void expect_two_gpu_step_matches(dist::HelixMode mode, const HelixStepCase& c, std::uint64_t seed);
 
 }  // namespace helixmla::testing

@@ -55,50 +55,14 @@ TEST(HelixNccl, ExchangeDeliversEveryChunk) {
   SKIP_WITHOUT_TWO_GPUS();
   const std::vector<int> devices = {0, 1};
   auto exchange = dist::make_nccl_exchange(devices, dist::NcclOptions::from_environment());
-  for (std::int32_t heads : {48, 7}) {
-    const dist::ExchangeShape shape{2, 3, heads, 512, DType::fp32};
-    RankSide r0(shape, 0, 0), r1(shape, 1, 1);
-    const std::vector<dist::RankBuffers> buffers = {r0.buffers(0), r1.buffers(1)};
-    exchange->all_to_all(shape, buffers);
-    const std::vector<void*> streams = {r0.stream, r1.stream};
-    exchange->wait(streams);
-    r0.expect_received(shape, 0);
-    r1.expect_received(shape, 1);
-  }
+  for (std::int32_t heads : {48, 7}) testing::expect_exchange_delivers(*exchange, {2, 3, heads, 512, DType::fp32});
 }
 
 class HelixNcclStep : public ::testing::TestWithParam<HelixStepCase> {};
 
 TEST_P(HelixNcclStep, KimiLocalShapeMatchesTheReference) {
   SKIP_WITHOUT_TWO_GPUS();
-  const HelixStepCase& c = GetParam();
-  testing::SyntheticBatch batch(testing::batch_spec_of(c, 0xcafe + c.q_len));
-  const Problem global = batch.problem();
-
-  dist::HelixDriverOptions options;
-  options.cp = c.cp;
-  options.mode = dist::HelixMode::nccl;
-  options.devices = {0, 1};
-  dist::HelixDriver driver(global, options);
-  const testing::HelixStepResult step =
-      testing::expect_helix_step_matches(driver, batch, c.name, {.out_rel_l2 = 1e-2, .stats = 2e-3});
-  std::cout << c.name << " on " << driver.backends() << ": attention " << step.times.attention_us
-            << " us, exchange " << step.times.exchange_us << " us, combine " << step.times.combine_us << " us\n";
-  if (HasFatalFailure()) return;
-
-  // Whole-step CUDA graphs across both GPUs are an optimisation: report when
-  // they cannot be captured, check the result when they can.
-  std::string why;
-  driver.poison_outputs();
-  const std::optional<double> graph_us = driver.graph_step_us(&why);
-  if (!graph_us) {
-    std::cout << c.name << ": no CUDA graph (" << why << ")\n";
-    return;
-  }
-  std::cout << c.name << ": graph step " << *graph_us << " us\n";
-  std::vector<std::byte> replayed(batch.out_bytes(), std::byte{0xff});
-  driver.fetch_output(replayed.data(), nullptr);
-  EXPECT_TRUE(testing::compare(replayed.data(), global.out_dtype, step.expected.out).within(1e-2));
+  testing::expect_two_gpu_step_matches(dist::HelixMode::nccl, GetParam(), 0xcafe + GetParam().q_len);
 }
 
 INSTANTIATE_TEST_SUITE_P(TwoGpus, HelixNcclStep,

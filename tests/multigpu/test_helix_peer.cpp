@@ -43,14 +43,7 @@ TEST(HelixPeer, ExchangeDeliversEveryChunkStepAfterStep) {
   auto exchange = dist::make_peer_exchange(devices, dist::PeerOptions::from_environment());
   for (std::int32_t heads : {48, 7, 128}) {
     for (int step = 0; step < 3; ++step) {
-      const dist::ExchangeShape shape{2, step == 2 ? 37 : 3, heads, 512, DType::fp32};
-      RankSide r0(shape, 0, 0), r1(shape, 1, 1);
-      const std::vector<dist::RankBuffers> buffers = {r0.buffers(0), r1.buffers(1)};
-      exchange->all_to_all(shape, buffers);
-      const std::vector<void*> streams = {r0.stream, r1.stream};
-      exchange->wait(streams);
-      r0.expect_received(shape, 0);
-      r1.expect_received(shape, 1);
+      testing::expect_exchange_delivers(*exchange, {2, step == 2 ? 37 : 3, heads, 512, DType::fp32});
       if (HasFatalFailure()) return;
     }
   }
@@ -60,32 +53,7 @@ class HelixPeerStep : public ::testing::TestWithParam<HelixStepCase> {};
 
 TEST_P(HelixPeerStep, KimiLocalShapeMatchesTheReference) {
   SKIP_WITHOUT_PEER_ACCESS();
-  const HelixStepCase& c = GetParam();
-  testing::SyntheticBatch batch(testing::batch_spec_of(c, 0xbeef + c.q_len));
-  const Problem global = batch.problem();
-
-  dist::HelixDriverOptions options;
-  options.cp = c.cp;
-  options.mode = dist::HelixMode::peer;
-  options.devices = {0, 1};
-  dist::HelixDriver driver(global, options);
-  const testing::HelixStepResult step =
-      testing::expect_helix_step_matches(driver, batch, c.name, {.out_rel_l2 = 1e-2, .stats = 2e-3});
-  if (HasFatalFailure()) return;
-
-  // Graph replays reuse the same buffers and flags: each must match again.
-  std::string why;
-  for (int replay = 0; replay < 3; ++replay) {
-    driver.poison_outputs();
-    const std::optional<double> graph_us = driver.graph_step_us(&why);
-    ASSERT_TRUE(graph_us.has_value()) << why;
-    std::vector<std::byte> replayed(batch.out_bytes(), std::byte{0xff});
-    driver.fetch_output(replayed.data(), nullptr);
-    EXPECT_TRUE(testing::compare(replayed.data(), global.out_dtype, step.expected.out).within(1e-2))
-        << c.name << " replay " << replay;
-  }
-  std::cout << c.name << " (peer exchange): attention " << step.times.attention_us << " us, exchange "
-            << step.times.exchange_us << " us, combine " << step.times.combine_us << " us\n";
+  testing::expect_two_gpu_step_matches(dist::HelixMode::peer, GetParam(), 0xbeef + GetParam().q_len);
 }
 
 INSTANTIATE_TEST_SUITE_P(TwoGpus, HelixPeerStep,
