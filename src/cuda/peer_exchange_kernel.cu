@@ -39,7 +39,9 @@ __device__ bool wait_for(const std::uint32_t* flag, std::uint32_t epoch, std::ui
   while (static_cast<std::int32_t>(load_acquire(flag) - epoch) < 0) {
     if (*static_cast<volatile std::uint32_t*>(error) != 0) return false;
     if (global_ns() - start > timeout_ns) {
-      atomicExch(error, 1u);
+      // Every rank stops, so no late peer writes into buffers its owner
+      // has given up on (and may free).
+      for (int r = 0; r < links.cp; ++r) *static_cast<volatile std::uint32_t*>(&links.flags[r]->error) = 1u;
       *static_cast<volatile std::uint32_t*>(links.host_error) = 1u;
       __threadfence_system();
       return false;
@@ -56,7 +58,8 @@ exchange_kernel(Links links, Rows rows, const std::uint8_t* partial, const float
   const int cp = links.cp;
   const int me = links.rank;
   Flags* mine = links.flags[me];
-  const std::uint32_t epoch = mine->epoch[b] + 1;
+  // Volatile: this SM may hold the line from a previous launch's block.
+  const std::uint32_t epoch = *static_cast<volatile std::uint32_t*>(&mine->epoch[b]) + 1;
   const int peer = threadIdx.x;
   const bool signals = peer < cp && peer != me;
   __shared__ int gave_up;
@@ -70,7 +73,6 @@ exchange_kernel(Links links, Rows rows, const std::uint8_t* partial, const float
   __syncthreads();
   if (gave_up) return;  // a peer's slot may still be in use: write nothing
   cuda::wait_for_previous_grid();
-  cuda::allow_next_grid();
 
   // Rows b, b + G, ... of [tokens, H]; the owner of head h is the rank p
   // with p * H / cp <= h < (p + 1) * H / cp.
@@ -108,7 +110,14 @@ exchange_kernel(Links links, Rows rows, const std::uint8_t* partial, const float
   if (signals) store_release(&links.flags[peer]->done[me][b], epoch);
   if (signals) wait_for(&mine->done[peer][b], epoch, timeout_ns, links);
   __syncthreads();
-  if (threadIdx.x == 0) mine->epoch[b] = epoch;
+  if (threadIdx.x == 0) {
+    *static_cast<volatile std::uint32_t*>(&mine->epoch[b]) = epoch;
+    __threadfence();
+  }
+  __syncthreads();
+  // Only now: a kernel launched early behind this one (the combine, or
+  // another exchange) reads this block's epoch before it waits for the grid.
+  cuda::allow_next_grid();
 }
 
 }  // namespace

@@ -18,11 +18,13 @@
 // overlap the end of the kernel that wrote the partials, which the kernel
 // waits for before step 3. This relies on every kernel before that one
 // having finished, as it does when they are ordinary launches.
-// Waits give up after `timeout_ns` (global timer): the block sets its rank's
-// device error word (every other waiting block of the rank then gives up at
-// once) and the host-visible `host_error`, and ends without writing
-// anything more; the host reports it and refuses further use (the epochs no
-// longer agree).
+// The kernel lets the next one launch early only after every block has
+// stored its epoch, so an exchange right behind another reads the new one.
+// Waits give up after `timeout_ns` (global timer): the block sets the device
+// error word of every rank (every waiting block of every rank then gives
+// up, and a rank that arrives late writes nothing) and this rank's
+// host-visible `host_error`; the host reports it and refuses further use
+// (the epochs no longer agree).
 #pragma once
 
 #include <cstdint>

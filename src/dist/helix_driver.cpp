@@ -155,8 +155,9 @@ struct HelixDriver::Rank {
   }
 };
 
-// One captured CUDA graph per owned stream (one per GPU in NCCL mode, one in
-// all in device mode) for the whole step and for each phase alone.
+// One captured CUDA graph per owned stream (one per GPU in nccl and peer
+// modes, one in all in device mode) for the whole step and for each phase
+// alone.
 struct HelixDriver::Graphs {
 #if defined(HELIXMLA_WITH_CUDA)
   struct Captured {
@@ -596,7 +597,7 @@ std::optional<HelixStepTimes> HelixDriver::graph_steady_times(int replays, std::
 
 void HelixDriver::poison_outputs() {
   for (const auto& rank : ranks_) {
-    for (Memory* m : {&rank->out, &rank->out_stats}) {
+    for (Memory* m : {&rank->out, &rank->out_stats, &rank->recv_partial, &rank->recv_stats}) {
       if (m->bytes() == 0) continue;
       if (!rank->on_device()) {
         std::memset(m->data(), 0xff, m->bytes());  // NaN in every float type

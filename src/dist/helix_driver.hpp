@@ -73,7 +73,9 @@ class HelixDriver {
   // without host launch latency or skew.
   std::optional<HelixStepTimes> graph_steady_times(int replays, std::string* why_not);
 
-  // Fills the combined outputs with NaN so a step that writes nothing shows.
+  // Fills the combined outputs, and the receive buffers the combine reads,
+  // with NaN, so a step that writes nothing, or combines before its
+  // partials have arrived, shows.
   void poison_outputs();
 
   // The combined result of the last step: out [tokens, H, kv_lora_rank] of

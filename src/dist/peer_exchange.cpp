@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <exception>
 #include <mutex>
 #include <set>
 #include <utility>
@@ -61,34 +62,33 @@ class PeerExchange final : public Exchange {
  public:
   PeerExchange(std::vector<int> devices, PeerOptions options)
       : devices_(std::move(devices)), options_(options), flags_(devices_.size(), nullptr) {
-    void* errors = nullptr;
-    HELIXMLA_CUDA_CHECK(cudaHostAlloc(&errors, devices_.size() * sizeof(std::uint32_t), cudaHostAllocMapped | cudaHostAllocPortable));
-    host_errors_ = static_cast<std::uint32_t*>(errors);
-    std::fill(host_errors_, host_errors_ + devices_.size(), 0u);
-    for (std::size_t r = 0; r < devices_.size(); ++r) {
-      HELIXMLA_CUDA_CHECK(cudaSetDevice(devices_[r]));
-      for (std::size_t p = 0; p < devices_.size(); ++p) {
-        if (p != r) enable_peer_access(devices_[r], devices_[p]);
+    try {
+      void* errors = nullptr;
+      HELIXMLA_CUDA_CHECK(cudaHostAlloc(&errors, devices_.size() * sizeof(std::uint32_t),
+                                        cudaHostAllocMapped | cudaHostAllocPortable));
+      host_errors_ = static_cast<std::uint32_t*>(errors);
+      std::fill(host_errors_, host_errors_ + devices_.size(), 0u);
+      for (std::size_t r = 0; r < devices_.size(); ++r) {
+        HELIXMLA_CUDA_CHECK(cudaSetDevice(devices_[r]));
+        for (std::size_t p = 0; p < devices_.size(); ++p) {
+          if (p != r) enable_peer_access(devices_[r], devices_[p]);
+        }
+        void* flags = nullptr;
+        HELIXMLA_CUDA_CHECK(cudaMalloc(&flags, sizeof(peer::Flags)));
+        flags_[r] = static_cast<peer::Flags*>(flags);
+        HELIXMLA_CUDA_CHECK(cudaMemset(flags, 0, sizeof(peer::Flags)));
       }
-      void* flags = nullptr;
-      HELIXMLA_CUDA_CHECK(cudaMalloc(&flags, sizeof(peer::Flags)));
-      flags_[r] = static_cast<peer::Flags*>(flags);
-      HELIXMLA_CUDA_CHECK(cudaMemset(flags, 0, sizeof(peer::Flags)));
-    }
-    for (int device : devices_) {
-      HELIXMLA_CUDA_CHECK(cudaSetDevice(device));
-      HELIXMLA_CUDA_CHECK(cudaDeviceSynchronize());
+      for (int device : devices_) {
+        HELIXMLA_CUDA_CHECK(cudaSetDevice(device));
+        HELIXMLA_CUDA_CHECK(cudaDeviceSynchronize());
+      }
+    } catch (...) {
+      release();
+      throw;
     }
   }
 
-  ~PeerExchange() override {
-    if (host_errors_ != nullptr) cudaFreeHost(host_errors_);
-    for (std::size_t r = 0; r < devices_.size(); ++r) {
-      if (flags_[r] == nullptr) continue;
-      cudaSetDevice(devices_[r]);
-      cudaFree(flags_[r]);
-    }
-  }
+  ~PeerExchange() override { release(); }
 
   std::string_view name() const override { return "peer"; }
   std::int32_t size() const override { return static_cast<std::int32_t>(devices_.size()); }
@@ -131,8 +131,14 @@ class PeerExchange final : public Exchange {
     for (const RankBuffers* b : table) {
       links.rank = b->rank;
       links.host_error = host_errors_ + b->rank;
-      HELIXMLA_CUDA_CHECK(cudaSetDevice(devices_[static_cast<std::size_t>(b->rank)]));
-      peer::launch(links, rows, b->partial, b->partial_stats, timeout_ns, b->stream);
+      try {
+        HELIXMLA_CUDA_CHECK(cudaSetDevice(devices_[static_cast<std::size_t>(b->rank)]));
+        peer::launch(links, rows, b->partial, b->partial_stats, timeout_ns, b->stream);
+      } catch (const std::exception& e) {
+        // The ranks launched so far wait for this one in vain: they time
+        // out, and the step counts disagree from here on.
+        fail(std::string("launching rank ") + std::to_string(b->rank) + "'s kernel: " + e.what());
+      }
     }
   }
 
@@ -154,6 +160,23 @@ class PeerExchange final : public Exchange {
   }
 
  private:
+  // Waits for every device first: a kernel still spinning (bounded by the
+  // timeout) must not find its flags or error word freed.
+  void release() noexcept {
+    for (std::size_t r = 0; r < devices_.size(); ++r) {
+      if (cudaSetDevice(devices_[r]) == cudaSuccess) cudaDeviceSynchronize();
+    }
+    for (std::size_t r = 0; r < devices_.size(); ++r) {
+      if (flags_[r] == nullptr) continue;
+      cudaSetDevice(devices_[r]);
+      cudaFree(flags_[r]);
+      flags_[r] = nullptr;
+    }
+    if (host_errors_ != nullptr) cudaFreeHost(host_errors_);
+    host_errors_ = nullptr;
+    cudaGetLastError();
+  }
+
   void check_timeouts() {
     for (std::size_t r = 0; r < devices_.size(); ++r) {
       if (static_cast<volatile std::uint32_t*>(host_errors_)[r] != 0) {
@@ -184,11 +207,16 @@ class PeerExchange final : public Exchange {
 }  // namespace
 
 bool peer_exchange_possible(std::span<const int> devices) {
-  for (int a : devices) {
-    for (int b : devices) {
+  if (devices.size() > static_cast<std::size_t>(peer::kMaxRanks)) return false;
+  for (std::size_t a = 0; a < devices.size(); ++a) {
+    for (std::size_t b = 0; b < devices.size(); ++b) {
       if (a == b) continue;
       int can = 0;
-      if (cudaDeviceCanAccessPeer(&can, a, b) != cudaSuccess || can == 0) return false;
+      if (devices[a] == devices[b] || cudaDeviceCanAccessPeer(&can, devices[a], devices[b]) != cudaSuccess ||
+          can == 0) {
+        cudaGetLastError();
+        return false;
+      }
     }
   }
   return true;

@@ -26,7 +26,8 @@ struct PeerOptions {
   static PeerOptions from_environment();
 };
 
-// Whether every pair of `devices` has peer access (false without CUDA).
+// Whether make_peer_exchange would take `devices`: at most 8, distinct, every
+// pair with peer access (false without CUDA).
 bool peer_exchange_possible(std::span<const int> devices);
 
 // Rank r on devices[r]; enables peer access between every pair. Throws

@@ -93,8 +93,8 @@ TEST(HelixPeerFaults, LatePeerEndsInRuntimeFailureWithinTheTimeout) {
     EXPECT_NE(std::string(e.what()).find("rank 0 waited"), std::string::npos) << e.what();
   }
   EXPECT_THROW(exchange->all_to_all(shape, buffers), RuntimeFailure) << "a failed exchange must refuse work";
-  // Rank 1 arrives late, finds rank 0 gone and gives up too; drain before
-  // the buffers go.
+  // Rank 1 arrives late, finds the error word rank 0 set on every rank and
+  // writes nothing; drain before the buffers go.
   ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
   EXPECT_EQ(cudaStreamSynchronize(r1.stream), cudaSuccess);
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
