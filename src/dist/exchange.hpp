@@ -69,6 +69,9 @@ class Exchange {
   // The ranks this process drives (all of them in process, one per process
   // with one-process-per-GPU NCCL).
   virtual std::vector<std::int32_t> local_ranks() const = 0;
+  // Whether all_to_all uses RankBuffers::send_partial / send_stats; when
+  // not, callers need not allocate them.
+  virtual bool uses_send_staging() const { return true; }
   // Performs (host) or enqueues (device) the all-to-all for the given local
   // ranks, from their attention outputs to their receive buffers; normally
   // every local rank at once. Device exchanges do not wait for the host.

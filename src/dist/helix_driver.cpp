@@ -255,8 +255,9 @@ HelixDriver::HelixDriver(const Problem& global, HelixDriverOptions options)
     const auto tokens = static_cast<std::size_t>(shape_.tokens);
     rank->partial = Memory(where, shape_.send_partial_bytes());
     rank->partial_stats = Memory(where, shape_.send_stats_bytes());
-    rank->send_partial = Memory(where, shape_.send_partial_bytes());
-    rank->send_stats = Memory(where, shape_.send_stats_bytes());
+    const bool staging = exchange_->uses_send_staging();
+    rank->send_partial = Memory(where, staging ? shape_.send_partial_bytes() : 0);
+    rank->send_stats = Memory(where, staging ? shape_.send_stats_bytes() : 0);
     rank->recv_partial = Memory(where, shape_.recv_partial_bytes(r));
     rank->recv_stats = Memory(where, shape_.recv_stats_bytes(r));
     rank->out = Memory(where, tokens * static_cast<std::size_t>(rank->heads.count) * out_row);

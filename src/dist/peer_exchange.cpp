@@ -91,6 +91,7 @@ class PeerExchange final : public Exchange {
   ~PeerExchange() override { release(); }
 
   std::string_view name() const override { return "peer"; }
+  bool uses_send_staging() const override { return false; }
   std::int32_t size() const override { return static_cast<std::int32_t>(devices_.size()); }
   std::vector<std::int32_t> local_ranks() const override {
     std::vector<std::int32_t> all;
