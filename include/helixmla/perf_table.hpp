@@ -36,8 +36,10 @@ class PerfTable {
 
   std::string to_json() const;
   // Throws InvalidArgument naming the JSON field on malformed input.
-  static PerfTable from_json(const std::string& text);
-  static PerfTable load(const std::string& path);
+  // `origin` names the text in errors (a path; "text" when it has none).
+  static PerfTable from_json(const std::string& text, const std::string& origin = "text");
+  // `field` names where the path came from in errors (a flag or variable).
+  static PerfTable load(const std::string& path, const std::string& field = "perf_table_path");
   void save(const std::string& path) const;
 
  private:

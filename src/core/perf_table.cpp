@@ -2,10 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/json_input.hpp"
 #include "helixmla/error.hpp"
 
 namespace helixmla {
@@ -24,18 +26,19 @@ const json& member(const json& object, const char* key, const std::string& where
   return *it;
 }
 
-std::int32_t positive_int(const json& object, const char* key, const std::string& where) {
+std::int32_t int_in(const json& object, const char* key, const std::string& where, std::int64_t lowest) {
   const json& value = member(object, key, where);
-  if (!value.is_number_integer() || value.get<std::int64_t>() < 0 ||
+  if (!value.is_number_integer() || value.get<std::int64_t>() < lowest ||
       value.get<std::int64_t>() > (1 << 30)) {
-    throw InvalidArgument(where + "." + key, -1, value.dump(), "must be a non-negative integer");
+    throw InvalidArgument(where + "." + key, -1, brief_json(value),
+                          fmt::format("must be an integer from {} to {}", lowest, 1 << 30));
   }
   return value.get<std::int32_t>();
 }
 
 std::string text_of(const json& object, const char* key, const std::string& where) {
   const json& value = member(object, key, where);
-  if (!value.is_string()) throw InvalidArgument(where + "." + key, -1, value.dump(), "must be a string");
+  if (!value.is_string()) throw InvalidArgument(where + "." + key, -1, brief_json(value), "must be a string");
   return value.get<std::string>();
 }
 
@@ -82,17 +85,12 @@ std::string PerfTable::to_json() const {
   return json{{"version", kVersion}, {"entries", std::move(entries)}}.dump(2) + "\n";
 }
 
-PerfTable PerfTable::from_json(const std::string& text) {
-  json root;
-  try {
-    root = json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw InvalidArgument("perf_table", -1, "text", std::string("not valid JSON: ") + e.what());
-  }
+PerfTable PerfTable::from_json(const std::string& text, const std::string& origin) {
+  const json root = parse_json_input(text, "perf_table", origin);
   if (!root.is_object()) throw InvalidArgument("perf_table", -1, root.type_name(), "must be a JSON object");
   const json& version = member(root, "version", "perf_table");
   if (version != kVersion) {
-    throw InvalidArgument("perf_table.version", -1, version.dump(),
+    throw InvalidArgument("perf_table.version", -1, brief_json(version),
                           fmt::format("this build reads version {}", kVersion));
   }
   const json& entries = member(root, "entries", "perf_table");
@@ -115,18 +113,22 @@ PerfTable PerfTable::from_json(const std::string& text) {
       throw InvalidArgument(where + ".kv_dtype", -1, dtype, "must be bf16, fp16 or fp8");
     }
     key.kv_dtype = *parsed_dtype;
-    key.num_heads = positive_int(entry, "heads", where);
-    key.q_len = positive_int(entry, "q_len", where);
-    key.page_size = positive_int(entry, "page_size", where);
-    key.batch_bucket = positive_int(entry, "batch_bucket", where);
+    key.num_heads = int_in(entry, "heads", where, 1);
+    key.q_len = int_in(entry, "q_len", where, 0);  // 0: a context phase
+    key.page_size = int_in(entry, "page_size", where, 1);
+    key.batch_bucket = int_in(entry, "batch_bucket", where, 1);
     const json& times = member(entry, "times_us", where);
     if (!times.is_object() || times.empty()) {
-      throw InvalidArgument(where + ".times_us", -1, times.dump(),
+      throw InvalidArgument(where + ".times_us", -1, brief_json(times),
                             "must be a non-empty object of backend name to microseconds");
     }
     for (const auto& [backend, us] : times.items()) {
       if (!us.is_number() || !(us.get<double>() > 0.0)) {
-        throw InvalidArgument(where + ".times_us." + backend, -1, us.dump(), "must be a positive number");
+        throw InvalidArgument(where + ".times_us." + backend, -1, brief_json(us), "must be a positive number");
+      }
+      if (const Times* known = table.find(key); known != nullptr && known->count(backend) != 0) {
+        throw InvalidArgument(where + ".times_us." + backend, -1, brief_json(us),
+                              "repeats the time of an earlier entry with the same shape");
       }
       table.record(key, backend, us.get<double>());
     }
@@ -134,12 +136,16 @@ PerfTable PerfTable::from_json(const std::string& text) {
   return table;
 }
 
-PerfTable PerfTable::load(const std::string& path) {
+PerfTable PerfTable::load(const std::string& path, const std::string& field) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) {
+    throw InvalidArgument(field, -1, path, "is a directory, not a performance table file");
+  }
   std::ifstream in(path);
-  if (!in) throw InvalidArgument("perf_table_path", -1, path, "cannot be opened for reading");
+  if (!in) throw InvalidArgument(field, -1, path, "cannot be opened for reading");
   std::ostringstream text;
   text << in.rdbuf();
-  return from_json(text.str());
+  return from_json(text.str(), path);
 }
 
 void PerfTable::save(const std::string& path) const {

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "core/shipped_data.hpp"
+#include "core/json_input.hpp"
 #include "helixmla/error.hpp"
 #include "helixmla/profile.hpp"
 #include "helixmla/validate.hpp"
@@ -110,7 +111,7 @@ std::string format_value(Kind kind, std::int64_t v) {
 // ---- reading JSON with errors that name the field --------------------------
 
 [[noreturn]] void bad(const std::string& field, const json& value, const std::string& rule) {
-  throw InvalidArgument(field, -1, value.dump(), rule);
+  throw InvalidArgument(field, -1, brief_json(value), rule);
 }
 
 void only_keys(const json& object, const std::string& where, std::initializer_list<std::string_view> keys) {
@@ -281,6 +282,9 @@ Condition parse_condition(const json& object, const std::string& where) {
       continue;
     }
     if (key == "not") {
+      if (value.is_object() && value.empty()) {
+        bad(at, value, "must name at least one field (an empty condition always holds, so its negation never does)");
+      }
       cond.negated.push_back(parse_condition(value, at));
       mention(cond.mentioned, cond.negated.back().mentioned);
       continue;
@@ -657,12 +661,7 @@ bool fails_at_run(const Candidate& candidate) {
 }
 
 Profile parse_profile(const std::string& json_text, const std::string& origin) {
-  json root;
-  try {
-    root = json::parse(json_text);
-  } catch (const json::parse_error& e) {
-    throw InvalidArgument("profile", -1, origin, std::string("not valid JSON: ") + e.what());
-  }
+  const json root = parse_json_input(json_text, "profile", origin);
   const std::string where = "profile";
   only_keys(root, where, {"version", "name", "description", "scope", "backends"});
   const json& version = required(root, "version", where);
@@ -671,6 +670,14 @@ Profile parse_profile(const std::string& json_text, const std::string& origin) {
   Profile profile;
   profile.origin = origin;
   profile.name = string_at(required(root, "name", where), "profile.name");
+  // The name becomes part of file names (sweep pictures): no path parts.
+  const bool plain_name =
+      !profile.name.empty() && profile.name.front() != '.' &&
+      std::all_of(profile.name.begin(), profile.name.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+               c == '.';
+      });
+  if (!plain_name) bad("profile.name", root["name"], "must be letters, digits, '_', '-' or '.', not starting with '.'");
   profile.description = optional_string(root, "description", where);
 
   profile.archs.assign(std::begin(kAllArchs), std::end(kAllArchs));
@@ -708,6 +715,10 @@ Profile parse_profile(const std::string& json_text, const std::string& origin) {
 }
 
 Profile load_profile_file(const std::string& path) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) {
+    throw InvalidArgument("profile", -1, path, "is a directory, not a profile file");
+  }
   std::ifstream in(path);
   if (!in) throw InvalidArgument("profile", -1, path, "cannot be opened for reading");
   std::ostringstream text;

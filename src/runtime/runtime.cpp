@@ -23,8 +23,12 @@ std::size_t align_up(std::size_t bytes) {
 // shipped in the source tree or the install tree; none when absent.
 PerfTable load_perf_table(const RuntimeOptions& options, const Environment& env) {
   std::string path = options.perf_table_path;
+  std::string field = "perf_table_path";
   if (path.empty()) {
-    if (const char* from_env = std::getenv("HELIXMLA_PERF_TABLE")) path = from_env;
+    if (const char* from_env = std::getenv("HELIXMLA_PERF_TABLE")) {
+      path = from_env;
+      field = "HELIXMLA_PERF_TABLE";
+    }
   }
   if (path.empty() && env.has_gpu()) {
     const std::string file = "perf/" + std::string(to_string(env.arch)) + ".json";
@@ -35,7 +39,7 @@ PerfTable load_perf_table(const RuntimeOptions& options, const Environment& env)
       }
     }
   }
-  return path.empty() ? PerfTable{} : PerfTable::load(path);
+  return path.empty() ? PerfTable{} : PerfTable::load(path, field);
 }
 
 class CompositeRun final : public PreparedRun {

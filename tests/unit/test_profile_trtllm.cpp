@@ -411,6 +411,42 @@ TEST(ProfileSchema, EmptyScopeListsAreRejected) {
   EXPECT_EQ(field_of_error(doc), "profile.scope.phases");
 }
 
+// A profile's name becomes part of file names; conditions nest, so their
+// parser recurses: neither may be turned against the program.
+TEST(ProfileSchema, NamesWithPathPartsAndDeepNestingAreRejected) {
+  const nlohmann::json good = nlohmann::json::parse(profile_text("trtllm"));
+  for (const char* name : {"../../etc", "/tmp/x", "a/b", ".hidden", ""}) {
+    nlohmann::json doc = good;
+    doc["name"] = name;
+    EXPECT_EQ(field_of_error(doc), "profile.name") << name;
+  }
+  nlohmann::json doc = good;
+  doc["backends"][0]["admission"][2]["require"]["not"] = nlohmann::json::object();
+  EXPECT_EQ(field_of_error(doc), "profile.backends[0].admission[2].require.not");
+
+  std::string deep = good.dump();
+  const std::string require = "\"require\":{";
+  const std::size_t at = deep.find(require) + require.size();
+  std::string nested;
+  for (int i = 0; i < 20000; ++i) nested += "\"not\":{";
+  nested += "\"heads\":1";
+  nested += std::string(20000, '}');
+  deep.insert(at, nested + ",");
+  try {
+    parse_profile(deep, "deep.json");
+    ADD_FAILURE() << "a 20000-deep condition was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(e.field(), "profile");
+    EXPECT_NE(e.rule().find("nests deeper"), std::string::npos) << e.rule();
+  }
+  try {
+    load_profile(std::filesystem::temp_directory_path().string() + "/");
+    ADD_FAILURE();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(e.rule().find("directory"), std::string::npos) << e.rule();
+  }
+}
+
 TEST(ProfileLoading, ResolvesNamesThroughTheProfileDirectory) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "helixmla-profile-test";
   std::filesystem::create_directories(dir);

@@ -3,6 +3,8 @@
 // decisions are cached by the full shape.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include <atomic>
 #include <functional>
 #include <string>
@@ -556,6 +558,46 @@ TEST(PerfTable, ErrorsNameTheField) {
   EXPECT_EQ(broken("\"heads\":16", "\"heads\":\"16\""), "perf_table.entries[1].heads");
   EXPECT_EQ(broken("\"q_len\":1,", ""), "perf_table.entries[1].q_len");
   EXPECT_EQ(broken("\"a\":1.0", "\"a\":-1"), "perf_table.entries[1].times_us.a");
+  EXPECT_EQ(broken("\"heads\":16", "\"heads\":0"), "perf_table.entries[1].heads");
+  EXPECT_EQ(broken("\"page_size\":64", "\"page_size\":0"), "perf_table.entries[1].page_size");
+  EXPECT_EQ(broken("\"a\":1.0", "\"a\":2.0"), "perf_table.entries[1].times_us.a") << "a repeated shape";
+  EXPECT_EQ(broken("\"a\":1.0", "\"b\":2.0"), "no error") << "another backend of the same shape";
+}
+
+// Hostile or broken files end in an error, not in a stack overflow of the
+// recursive parser or in a message that quotes megabytes.
+TEST(PerfTable, DeepNestingAndDirectoriesAreErrors) {
+  const std::string deep = "{\"version\":1,\"entries\":" + std::string(100000, '[') + std::string(100000, ']') + "}";
+  try {
+    PerfTable::from_json(deep, "deep.json");
+    ADD_FAILURE() << "a 100000-deep document was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(e.field(), "perf_table");
+    EXPECT_EQ(e.value(), "deep.json");
+    EXPECT_NE(e.rule().find("nests deeper"), std::string::npos) << e.rule();
+  }
+  std::string many;
+  for (int i = 0; i < 50000; ++i) many += i ? ",1" : "1";
+  try {
+    PerfTable::from_json("{\"version\":1,\"entries\":[{\"arch\":[" + many + "]}]}");
+    ADD_FAILURE();
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(e.field(), "perf_table.entries[0].arch");
+    EXPECT_LT(e.value().size(), 100u) << "the quoted value is cut";
+  }
+  try {
+    PerfTable::from_json("{\"version\":" + std::string(500, '9') + "}");
+    ADD_FAILURE();
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(e.field(), "perf_table") << "a number out of range is an input error";
+  }
+  try {
+    PerfTable::load(std::filesystem::temp_directory_path().string(), "HELIXMLA_PERF_TABLE");
+    ADD_FAILURE();
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(e.field(), "HELIXMLA_PERF_TABLE");
+    EXPECT_NE(e.rule().find("directory"), std::string::npos) << e.rule();
+  }
 }
 
 }  // namespace

@@ -1,0 +1,25 @@
+// Reading JSON documents that come from users (profiles, performance
+// tables): a nesting limit, so a hostile or broken file ends in an error
+// instead of exhausting the stack of the recursive parsers, and values
+// quoted in error messages cut to a readable length.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <string_view>
+
+namespace helixmla {
+
+// Deeper than any document helixmla reads (profiles nest conditions a few
+// levels).
+inline constexpr int kMaxJsonDepth = 64;
+
+// Parses `text`; throws InvalidArgument naming `field` and `origin` (a path
+// or "text") when it is not JSON or nests deeper than kMaxJsonDepth.
+nlohmann::json parse_json_input(std::string_view text, const std::string& field, const std::string& origin);
+
+// `value` as JSON text, at most about 80 characters ("..." marks the cut).
+std::string brief_json(const nlohmann::json& value);
+
+}  // namespace helixmla
