@@ -20,14 +20,19 @@ std::vector<std::string> split_csv(const std::string& line) {
   return fields;
 }
 
-std::int32_t parse_int(const std::string& text, const std::string& column, std::int64_t line) {
+// Names a cell as "<file> line N <column>" so an error points into the file.
+std::string cell(const std::string& path, std::int64_t line, const char* column) {
+  return fmt::format("{} line {} {}", path, line, column);
+}
+
+std::int32_t parse_int(const std::string& text, const std::string& where, std::int64_t most = 1L << 30) {
   try {
     std::size_t used = 0;
     const long value = std::stol(text, &used);
-    if (used == text.size() && value > 0 && value <= (1L << 30)) return static_cast<std::int32_t>(value);
+    if (used == text.size() && value > 0 && value <= most) return static_cast<std::int32_t>(value);
   } catch (const std::exception&) {
   }
-  throw InvalidArgument(column, line, text, "expected a positive integer");
+  throw InvalidArgument(where, -1, text, fmt::format("expected an integer from 1 to {}", most));
 }
 
 }  // namespace
@@ -41,25 +46,34 @@ std::vector<BenchCase> load_suite(const std::string& path) {
   std::int64_t number = 0;
   while (std::getline(file, line)) {
     ++number;
+    if (!line.empty() && line.back() == '\r') line.pop_back();  // a file written with CRLF line ends
     if (number == 1 || line.empty()) continue;  // header
     const auto f = split_csv(line);
-    if (f.size() < 7) throw InvalidArgument("suite line", number, line, "expected 7 or 8 comma-separated columns");
-    BenchCase c;
-    c.id = parse_int(f[0], "case", number);
-    if (const auto [first, added] = line_of_id.emplace(c.id, number); !added) {
-      throw InvalidArgument("case", number, f[0], fmt::format("duplicate case id; first on line {}", first->second));
+    if (f.size() < 7) {
+      throw InvalidArgument(fmt::format("{} line {}", path, number), -1, line,
+                            "expected 7 or 8 comma-separated columns: case,heads,q_len,batch,kv_len,page_size,kv_dtype[,note]");
     }
-    c.heads = parse_int(f[1], "heads", number);
-    c.q_len = parse_int(f[2], "q_len", number);
-    c.batch = parse_int(f[3], "batch", number);
+    BenchCase c;
+    c.id = parse_int(f[0], cell(path, number, "case"));
+    if (const auto [first, added] = line_of_id.emplace(c.id, number); !added) {
+      throw InvalidArgument(cell(path, number, "case"), -1, f[0],
+                            fmt::format("duplicate case id; first on line {}", first->second));
+    }
+    c.heads = parse_int(f[1], cell(path, number, "heads"));
+    c.q_len = parse_int(f[2], cell(path, number, "q_len"));
+    // Bounded so a typo cannot make the loader build a list of 2^30 lengths.
+    c.batch = parse_int(f[3], cell(path, number, "batch"), 1L << 20);
+    const std::int32_t kv_len = f[4] == "var" ? 0 : parse_int(f[4], cell(path, number, "kv_len"));
     for (std::int32_t i = 0; i < c.batch; ++i) {
       // "var": the suite's deterministic spread of lengths.
       c.kv_len.push_back(f[4] == "var" ? 1024 + static_cast<std::int32_t>((static_cast<std::int64_t>(i) * 7919) % 15361)
-                                       : parse_int(f[4], "kv_len", number));
+                                       : kv_len);
     }
-    c.page_size = parse_int(f[5], "page_size", number);
+    c.page_size = parse_int(f[5], cell(path, number, "page_size"));
     const auto dtype = parse_dtype(f[6]);
-    if (!dtype || *dtype == DType::fp32) throw InvalidArgument("kv_dtype", number, f[6], "expected bf16, fp16 or fp8");
+    if (!dtype || *dtype == DType::fp32) {
+      throw InvalidArgument(cell(path, number, "kv_dtype"), -1, f[6], "expected bf16, fp16 or fp8");
+    }
     c.kv_dtype = *dtype;
     if (f.size() > 7) c.note = f[7];
     cases.push_back(std::move(c));

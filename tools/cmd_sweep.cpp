@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -19,6 +20,7 @@
 #include "commands.hpp"
 #include "core/sweep.hpp"
 #include "decision_json.hpp"
+#include "helixmla/error.hpp"
 #include "helixmla/profile.hpp"
 #include "helixmla/runtime.hpp"
 #include "sweep_execute.hpp"
@@ -102,6 +104,15 @@ void run_sweep(const SweepFlags& flags) {
     return;
   }
 
+  // The pictures' folder is checked before the sweep, not after minutes of it.
+  {
+    std::error_code error;
+    if (flags.out.empty() || (std::filesystem::exists(flags.out, error) && !std::filesystem::is_directory(flags.out, error))) {
+      throw CLI::ValidationError("--out", fmt::format("'{}' is not a directory", flags.out));
+    }
+    std::filesystem::create_directories(flags.out, error);
+    if (error) throw CLI::ValidationError("--out", fmt::format("cannot create '{}': {}", flags.out, error.message()));
+  }
   std::cerr << fmt::format("sweep: {} over {} architecture(s): {}\n", source, space.archs.size(),
                            space_summary(space));
   SweepHooks hooks;
@@ -114,12 +125,13 @@ void run_sweep(const SweepFlags& flags) {
   };
   const SweepResult result = sweep(backends, space, hooks);
 
-  std::filesystem::create_directories(flags.out);
   std::vector<std::string> pictures;
   for (const SweepArch& arch : result.archs) {
     const std::string path = (std::filesystem::path(flags.out) /
                               fmt::format("{}-{}.svg", file_prefix, to_string(arch.arch))).string();
-    std::ofstream(path) << sweep_svg(result, arch);
+    std::ofstream file(path);
+    file << sweep_svg(result, arch);
+    if (!file) throw RuntimeFailure("cannot write the sweep picture " + path);
     pictures.push_back(path);
   }
 
@@ -192,7 +204,14 @@ void add_sweep_command(CLI::App& app) {
                 "On this GPU, run one cell of every combination the CUDA backends claim (backend, kernel, page-size "
                 "class, KV dtype, q_len class, phase, Helix) and compare it with the float64 reference");
   cmd->add_option("--max-seconds", flags->max_seconds, "Time budget of --execute (precompiled kernels first)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()
+      ->check([](const std::string& value) {
+        char* end = nullptr;
+        const double seconds = std::strtod(value.c_str(), &end);
+        return end != value.c_str() && *end == '\0' && seconds > 0.0 && seconds <= 86400.0
+                   ? std::string()
+                   : "must be a number of seconds above 0 and at most 86400";
+      });
   cmd->callback([flags] { run_sweep(*flags); });
 }
 

@@ -3,6 +3,7 @@
 
 #include <exception>
 #include <iostream>
+#include <new>
 
 #include "commands.hpp"
 #include "helixmla/error.hpp"
@@ -29,6 +30,9 @@ int main(int argc, char** argv) {
   } catch (const helixmla::InvalidArgument& e) {
     std::cerr << "helixmla: " << e.what() << "\n";
     return 2;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "helixmla: out of host memory (std::bad_alloc); try a smaller --batch, --kv-len or --page-size\n";
+    return 1;
   } catch (const std::exception& e) {
     std::cerr << "helixmla: " << e.what() << "\n";
     return 1;

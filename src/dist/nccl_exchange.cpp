@@ -7,6 +7,7 @@
 #include <nccl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -35,11 +36,13 @@ const char* first_set(std::initializer_list<const char*> names, const char** whi
   return nullptr;
 }
 
-long long parse_integer(const char* name, const char* text, long long lowest) {
+long long parse_integer(const char* name, const char* text, long long lowest, long long most = 1LL << 30) {
   char* end = nullptr;
+  errno = 0;
   const long long value = std::strtoll(text, &end, 10);
-  if (end == text || *end != '\0' || value < lowest) {
-    throw InvalidArgument(name, -1, text, "must be an integer >= " + std::to_string(lowest));
+  if (end == text || *end != '\0' || errno == ERANGE || value < lowest || value > most) {
+    throw InvalidArgument(name, -1, text,
+                          "must be an integer from " + std::to_string(lowest) + " to " + std::to_string(most));
   }
   return value;
 }
@@ -329,7 +332,7 @@ class NcclExchange final : public Exchange {
 NcclOptions NcclOptions::from_environment() {
   NcclOptions options;
   if (const char* text = std::getenv("HELIXMLA_NCCL_TIMEOUT_MS"); text != nullptr && *text != '\0') {
-    options.timeout = std::chrono::milliseconds(parse_integer("HELIXMLA_NCCL_TIMEOUT_MS", text, 1));
+    options.timeout = std::chrono::milliseconds(parse_integer("HELIXMLA_NCCL_TIMEOUT_MS", text, 1, 86400000LL));
   }
   return options;
 }

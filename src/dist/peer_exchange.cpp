@@ -29,8 +29,9 @@ PeerOptions PeerOptions::from_environment() {
   if (text == nullptr || *text == '\0') return options;
   char* end = nullptr;
   const long long ms = std::strtoll(text, &end, 10);
-  if (end == text || *end != '\0' || ms < 1) {
-    throw InvalidArgument("HELIXMLA_EXCHANGE_TIMEOUT_MS", -1, text, "must be an integer >= 1");
+  // At most a day: the kernels turn it into nanoseconds.
+  if (end == text || *end != '\0' || ms < 1 || ms > 86400000LL) {
+    throw InvalidArgument("HELIXMLA_EXCHANGE_TIMEOUT_MS", -1, text, "must be an integer from 1 to 86400000 (a day)");
   }
   options.timeout = std::chrono::milliseconds(ms);
   return options;

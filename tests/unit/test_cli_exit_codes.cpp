@@ -78,6 +78,39 @@ TEST_F(Cli, PeerExchangeWithoutDevicesIsABadFlagValue) {
   EXPECT_TRUE(has(o.output, "--exchange")) << o.output;
 }
 
+// Flags that would fail only after minutes of work, or deep inside it, are
+// rejected first.
+TEST_F(Cli, SweepAndTuneCheckTheirFlagsBeforeWorking) {
+  const std::filesystem::path file = std::filesystem::temp_directory_path() / "helixmla-not-a-folder";
+  std::ofstream(file) << "x";
+  Outcome o = helixmla("sweep --arch sm90 --out " + file.string());
+  std::filesystem::remove(file);
+  EXPECT_EQ(o.code, 2) << o.output;
+  EXPECT_TRUE(has(o.output, "--out")) << o.output;
+  EXPECT_FALSE(has(o.output, "sweep:")) << "rejected before sweeping: " << o.output;
+
+  for (const char* bad : {"--max-seconds 0", "--max-seconds nan", "--max-seconds -3"}) {
+    o = helixmla(std::string("sweep --execute ") + bad);
+    EXPECT_EQ(o.code, 2) << bad << ": " << o.output;
+    EXPECT_TRUE(has(o.output, "--max-seconds")) << o.output;
+  }
+  for (const char* bad : {"--heads 0,1000", "--batches -1", "--page-sizes 0", "--q-lens 17"}) {
+    o = helixmla(std::string("tune ") + bad);
+    EXPECT_EQ(o.code, 2) << bad << ": " << o.output;
+  }
+}
+
+// A batch that would not fit in host memory is a flag error naming the
+// sizes, not a bad_alloc or the OOM killer after minutes.
+TEST_F(Cli, BatchesBeyondHostMemoryAreBadFlagValues) {
+  Outcome o = helixmla("explain --heads 128 --batch 100000 --kv-len 1000000");
+  EXPECT_EQ(o.code, 2) << o.output;
+  EXPECT_TRUE(has(o.output, "GiB of page table")) << o.output;
+  o = helixmla("run --heads 128 --batch 4096 --kv-len 1000000");
+  EXPECT_EQ(o.code, 2) << o.output;
+  EXPECT_TRUE(has(o.output, "GiB of KV pool")) << o.output;
+}
+
 // `sweep --profile` skips phases outside the profile's scope; `explain` shows
 // them as such instead of failing for want of a backend.
 TEST_F(Cli, ExplainShowsPhasesOutsideTheProfileScopeWithoutFailing) {
@@ -125,7 +158,17 @@ TEST_F(Cli, BenchRejectsCasesTheSuiteLacksAndRepeatedIds) {
   o = helixmla("bench --suite " + suite.string());
   std::filesystem::remove(suite);
   EXPECT_EQ(o.code, 2) << o.output;
-  EXPECT_TRUE(has(o.output, "case[4] = 3: duplicate case id; first on line 2")) << o.output;
+  EXPECT_TRUE(has(o.output, "line 4 case = 3: duplicate case id; first on line 2")) << o.output;
+
+  // CRLF line ends read like LF ones; a bad cell names the file, line and column.
+  std::ofstream(suite) << "case,heads,q_len,batch,kv_len,page_size,kv_dtype,note\r\n"
+                       << "3,16,1,2,256,64,bf16\r\n"
+                       << "4,16,1,2000000,256,64,bf16\r\n";
+  o = helixmla("bench --suite " + suite.string());
+  std::filesystem::remove(suite);
+  EXPECT_EQ(o.code, 2) << o.output;
+  EXPECT_TRUE(has(o.output, suite.string() + " line 3 batch = 2000000: expected an integer from 1 to 1048576"))
+      << o.output;
 }
 
 }  // namespace
