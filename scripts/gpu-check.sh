@@ -53,7 +53,7 @@ if step tests; then
   summary+=("cpu tests: $(ctest_line "$out/cpu-tests.log")")
 fi
 if step multigpu; then
-  timeout 200 "$build/tests/helixmla_multigpu_tests" --gtest_brief=1 >"$out/multigpu-tests.log" 2>&1
+  timeout 400 "$build/tests/helixmla_multigpu_tests" --gtest_brief=1 >"$out/multigpu-tests.log" 2>&1
   summary+=("multigpu tests ($gpus GPUs, helixmla_multigpu_tests): exit $?: $(gtest_line "$out/multigpu-tests.log") [$(elapsed) s]")
   grep -E "^\[  FAILED" "$out/multigpu-tests.log" | head -20
 fi
@@ -68,10 +68,18 @@ if step helix; then
   helix_run cp8-inproc --cp 8 --heads 128 --batch 4 --kv-len 4096 --devices 0
   if [ "$gpus" -ge 2 ]; then
     helix_run kimi-cp2-verify --cp 2 --devices 0,1 --heads 48 --page-size 64 --batch 4 --kv-len 4096 --q-len 4 --kv-dtype fp8
-    for exchange in ${HELIXMLA_HELIX_EXCHANGES:-peer nccl}; do
-      helix_run case7-cp2-$exchange --cp 2 --devices 0,1 --exchange "$exchange" --heads 16 --batch 8 --kv-len 131072 --page-size 64
-      helix_run 1m-cp2-$exchange --cp 2 --devices 0,1 --exchange "$exchange" --heads 16 --batch 2 --kv-len 1048576 --page-size 64
+    # The scaling runs of issue 6: cp = 2, and 4 and 8 where the machine has them.
+    for cp in 2 4 8; do
+      [ "$gpus" -ge "$cp" ] || continue
+      devices=$(seq -s, 0 $((cp - 1)))
+      for exchange in ${HELIXMLA_HELIX_EXCHANGES:-peer nccl}; do
+        helix_run case7-cp$cp-$exchange --cp $cp --devices "$devices" --exchange "$exchange" --heads 16 --batch 8 --kv-len 131072 --page-size 64
+        helix_run 1m-cp$cp-$exchange --cp $cp --devices "$devices" --exchange "$exchange" --heads 16 --batch 2 --kv-len 1048576 --page-size 64
+      done
     done
+    if [ "$gpus" -ge 4 ]; then
+      helix_run kimi-cp4-verify4 --cp 4 --devices 0,1,2,3 --heads 48 --page-size 64 --batch 4 --kv-len 4096 --q-len 4 --kv-dtype fp8
+    fi
   fi
   summary+=("[helix done at $(elapsed) s]")
 fi

@@ -83,27 +83,27 @@ void expect_exchange_delivers(dist::Exchange& exchange, const dist::ExchangeShap
   r1.expect_received(shape, 1);
 }
 
-HelixStepCase kimi_local_case(std::string name, std::int32_t q_len, DType kv_dtype) {
+HelixStepCase kimi_local_case(std::string name, std::int32_t q_len, DType kv_dtype, std::int32_t cp) {
   HelixStepCase c;
   c.name = std::move(name);
-  c.cp = 2;
+  c.cp = cp;
   c.heads = 48;
   c.generations = 4;
   c.q_len = q_len;
-  c.kv_len = {1000, 129, 64, 5};  // groups straddling pages; rank 1 empty for the last two
+  c.kv_len = {1000, 129, 64, 5};  // groups straddling pages; ranks past 0 empty for the last two
   c.page_size = 64;
   c.kv_dtype = kv_dtype;
   c.dims = MlaDims{};
   return c;
 }
 
-void expect_two_gpu_step_matches(dist::HelixMode mode, const HelixStepCase& c, std::uint64_t seed) {
+void expect_multi_gpu_step_matches(dist::HelixMode mode, const HelixStepCase& c, std::uint64_t seed) {
   SyntheticBatch batch(batch_spec_of(c, seed));
   const Problem global = batch.problem();
   dist::HelixDriverOptions options;
   options.cp = c.cp;
   options.mode = mode;
-  options.devices = {0, 1};
+  for (int d = 0; d < c.cp; ++d) options.devices.push_back(d);
   dist::HelixDriver driver(global, options);
   const HelixStepResult step = expect_helix_step_matches(driver, batch, c.name, {.out_rel_l2 = 1e-2, .stats = 2e-3});
   std::cout << c.name << " (" << driver.exchange_name() << ", " << driver.backends() << "): attention "

@@ -1,5 +1,6 @@
-// What the two-GPU tests share: the exchange buffers of one rank filled with
-// tagged partials, and the Kimi K3 TP2/CP4 local shape.
+// What the multi-GPU tests share: the exchange buffers of one rank filled
+// with tagged partials, the Kimi K3 TP2/CP4 local shape, and a Helix step
+// with one rank per GPU checked against the reference.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -42,13 +43,14 @@ struct RankSide {
 // through `exchange`, every received chunk checked against its tags.
 void expect_exchange_delivers(dist::Exchange& exchange, const dist::ExchangeShape& shape);
 
-// The Kimi K3 TP2/CP4 local shape, one rank per GPU.
-HelixStepCase kimi_local_case(std::string name, std::int32_t q_len, DType kv_dtype);
+// The Kimi K3 TP2/CP4 local shape (48 heads, 64-token pages), one rank per
+// GPU, with requests whose KV leaves some ranks empty.
+HelixStepCase kimi_local_case(std::string name, std::int32_t q_len, DType kv_dtype, std::int32_t cp = 2);
 
-// Case `c` as one Helix step with a rank on each of GPUs 0 and 1 (`mode`
-// nccl or peer), checked against the float64 reference, then three
-// whole-step CUDA graph replays of the same buffers, each poisoned first and
-// checked again. Prints the phase times.
-void expect_two_gpu_step_matches(dist::HelixMode mode, const HelixStepCase& c, std::uint64_t seed);
+// Case `c` as one Helix step with rank r on GPU r (`mode` nccl or peer),
+// checked against the float64 reference, then three whole-step CUDA graph
+// replays of the same buffers, each poisoned first and checked again.
+// Prints the phase times.
+void expect_multi_gpu_step_matches(dist::HelixMode mode, const HelixStepCase& c, std::uint64_t seed);
 
 }  // namespace helixmla::testing

@@ -62,7 +62,7 @@ class HelixNcclStep : public ::testing::TestWithParam<HelixStepCase> {};
 
 TEST_P(HelixNcclStep, KimiLocalShapeMatchesTheReference) {
   SKIP_WITHOUT_TWO_GPUS();
-  testing::expect_two_gpu_step_matches(dist::HelixMode::nccl, GetParam(), 0xcafe + GetParam().q_len);
+  testing::expect_multi_gpu_step_matches(dist::HelixMode::nccl, GetParam(), 0xcafe + GetParam().q_len);
 }
 
 INSTANTIATE_TEST_SUITE_P(TwoGpus, HelixNcclStep,

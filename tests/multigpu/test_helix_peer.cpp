@@ -53,7 +53,7 @@ class HelixPeerStep : public ::testing::TestWithParam<HelixStepCase> {};
 
 TEST_P(HelixPeerStep, KimiLocalShapeMatchesTheReference) {
   SKIP_WITHOUT_PEER_ACCESS();
-  testing::expect_two_gpu_step_matches(dist::HelixMode::peer, GetParam(), 0xbeef + GetParam().q_len);
+  testing::expect_multi_gpu_step_matches(dist::HelixMode::peer, GetParam(), 0xbeef + GetParam().q_len);
 }
 
 INSTANTIATE_TEST_SUITE_P(TwoGpus, HelixPeerStep,
