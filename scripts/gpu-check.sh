@@ -16,6 +16,10 @@ budget=${HELIXMLA_CHECK_BUDGET:-540}
 began=$(date +%s)
 summary=()
 elapsed() { echo $(( $(date +%s) - began )); }
+# A step's timeout: at most $1 seconds and no further past the budget than
+# 30 s, so the summary and the log archive are written within the device's
+# limit for one call.
+within() { local t=$(( budget - $(elapsed) + 30 )); [ "$t" -gt "$1" ] && t=$1; [ "$t" -lt 30 ] && t=30; echo "$t"; }
 # True when the step was asked for and time is left; records skipped steps.
 step() {
   [[ " $steps " == *" $1 "* ]] || return 1
@@ -46,14 +50,14 @@ fi
 # start-up in each of ~400 processes costs minutes of device time). CTest runs
 # the same tests, with the same labels, in CI.
 if step tests; then
-  timeout 300 "$build/tests/helixmla_gpu_tests" --gtest_brief=1 >"$out/gpu-tests.log" 2>&1
+  timeout "$(within 300)" "$build/tests/helixmla_gpu_tests" --gtest_brief=1 >"$out/gpu-tests.log" 2>&1
   summary+=("gpu tests (helixmla_gpu_tests): exit $?: $(gtest_line "$out/gpu-tests.log") [$(elapsed) s]")
   grep -E "^\[  FAILED" "$out/gpu-tests.log" | head -20
   ctest --test-dir "$build" -L cpu -j "$(nproc)" >"$out/cpu-tests.log" 2>&1
   summary+=("cpu tests: $(ctest_line "$out/cpu-tests.log")")
 fi
 if step multigpu; then
-  timeout 400 "$build/tests/helixmla_multigpu_tests" --gtest_brief=1 >"$out/multigpu-tests.log" 2>&1
+  timeout "$(within 400)" "$build/tests/helixmla_multigpu_tests" --gtest_brief=1 >"$out/multigpu-tests.log" 2>&1
   summary+=("multigpu tests ($gpus GPUs, helixmla_multigpu_tests): exit $?: $(gtest_line "$out/multigpu-tests.log") [$(elapsed) s]")
   grep -E "^\[  FAILED" "$out/multigpu-tests.log" | head -20
 fi
@@ -61,7 +65,7 @@ if step helix; then
   helix_run() {  # label, then `helixmla run` arguments
     local label=$1; shift
     [ "$(elapsed)" -ge "$budget" ] && { summary+=("helix $label: skipped, time budget spent"); return; }
-    timeout 120 "$build/helixmla" run --json --repeat 20 "$@" >"$out/helix-$label.json" 2>"$out/helix-$label.err"
+    timeout "$(within 120)" "$build/helixmla" run --json --repeat 20 "$@" >"$out/helix-$label.json" 2>"$out/helix-$label.err"
     summary+=("helix $label: exit $? $(head -c 1100 "$out/helix-$label.json")")
   }
   helix_run kimi-cp4-inproc --cp 4 --heads 48 --page-size 64 --batch 4 --kv-len 4096 --q-len 2 --kv-dtype fp8 --devices 0
@@ -97,14 +101,14 @@ fi
 if step sanitize; then
   filter=${HELIXMLA_SANITIZE_FILTER:-*Sanitize*:*GraphReplay*:*SplitKv*:HelixGpu.*}
   for tool in memcheck racecheck; do
-    timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/tests/helixmla_gpu_tests" \
+    timeout "$(within 150)" compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/tests/helixmla_gpu_tests" \
       --gtest_filter="$filter" >"$out/sanitize-$tool.log" 2>&1
     rc=$?
     summary+=("compute-sanitizer $tool ($filter): exit $rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize-$tool.log" | tail -1), $(grep -E '^\[  (PASSED|FAILED)' "$out/sanitize-$tool.log" | head -2 | tr '\n' ' ') [$(elapsed) s]")
   done
   if [ "$gpus" -ge 2 ]; then
     # The peer exchange kernel stores into the other GPU's memory.
-    timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/helixmla_multigpu_tests" \
+    timeout "$(within 150)" compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/helixmla_multigpu_tests" \
       --gtest_filter='HelixPeer.*:*HelixPeerStep*decode_bf16' >"$out/sanitize-peer.log" 2>&1
     summary+=("compute-sanitizer memcheck (peer exchange): exit $?, $(grep -E 'ERROR SUMMARY' "$out/sanitize-peer.log" | tail -1) [$(elapsed) s]")
   fi

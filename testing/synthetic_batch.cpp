@@ -30,6 +30,32 @@ void fill_random(std::vector<std::byte>& buffer, DType dtype, std::int64_t count
 
 }  // namespace
 
+HostFootprint host_footprint(const BatchSpec& spec) {
+  HostFootprint footprint;
+  if (spec.kv_len.empty() || spec.page_size <= 0) return footprint;
+  const std::int64_t requests = static_cast<std::int64_t>(spec.contexts) + spec.generations;
+  double pages = 0.0, tokens = 0.0;
+  std::int64_t stride = 1;
+  for (std::int64_t r = 0; r < requests; ++r) {
+    const bool context = r < spec.contexts;
+    const std::int64_t len =
+        context ? spec.context_len : spec.kv_len[static_cast<std::size_t>(r - spec.contexts) % spec.kv_len.size()];
+    const std::int64_t request_pages = (len + spec.page_size - 1) / spec.page_size;
+    pages += static_cast<double>(request_pages);
+    stride = std::max(stride, request_pages);
+    tokens += context ? spec.context_len : spec.q_len;
+  }
+  pages += spec.spare_pages;
+  footprint.page_table_bytes = static_cast<double>(requests) * static_cast<double>(stride) * 4.0 + pages * 4.0;
+  if (!spec.allocate_tensors) return footprint;
+  const double q_size = static_cast<double>(dtype_size(spec.q_dtype));
+  footprint.tensor_bytes = tokens * spec.heads * spec.dims.head_dim() * q_size +
+                           pages * spec.page_size * spec.dims.head_dim() * static_cast<double>(dtype_size(spec.kv_dtype)) +
+                           tokens * spec.heads * spec.dims.kv_lora_rank * q_size +
+                           (spec.stats ? tokens * spec.heads * 2 * 4.0 : 0.0);
+  return footprint;
+}
+
 SyntheticBatch::SyntheticBatch(const BatchSpec& spec) : spec_(spec) {
   if (spec.kv_len.empty()) throw InvalidArgument("kv_len", -1, "[]", "needs at least one value");
   const std::int32_t requests = spec.contexts + spec.generations;

@@ -37,6 +37,15 @@ DType default_q_dtype(DType kv_dtype);
 // e4m3's range with its full 3-bit mantissa; 1 otherwise.
 float default_kv_scale(DType kv_dtype);
 
+// Host bytes a SyntheticBatch of `spec` allocates, computed without
+// allocating: its page table (always) and its tensors (Q, KV pool with the
+// spare pages, out, stats) when spec.allocate_tensors.
+struct HostFootprint {
+  double page_table_bytes = 0.0;
+  double tensor_bytes = 0.0;
+};
+HostFootprint host_footprint(const BatchSpec& spec);
+
 class SyntheticBatch {
  public:
   explicit SyntheticBatch(const BatchSpec& spec);

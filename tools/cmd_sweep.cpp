@@ -131,6 +131,7 @@ void run_sweep(const SweepFlags& flags) {
                               fmt::format("{}-{}.svg", file_prefix, to_string(arch.arch))).string();
     std::ofstream file(path);
     file << sweep_svg(result, arch);
+    file.close();  // the last buffered write fails here, not at <<
     if (!file) throw RuntimeFailure("cannot write the sweep picture " + path);
     pictures.push_back(path);
   }

@@ -107,12 +107,13 @@ void add_tune_command(CLI::App& app) {
   cmd->add_option("--out", flags->out, "Table to write (default: data/perf/<arch>.json in the source tree)");
   cmd->add_option("--heads", flags->heads, "Grid: head counts")->delimiter(',')->capture_default_str()
       ->check(CLI::Range(1, 128));
+  // The same ranges as `run`'s flags.
   cmd->add_option("--q-lens", flags->q_lens, "Grid: q_len values")->delimiter(',')->capture_default_str()
-      ->check(CLI::Range(1, 16));
+      ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--page-sizes", flags->page_sizes, "Grid: page sizes")->delimiter(',')->capture_default_str()
-      ->check(CLI::Range(1, 1 << 16));
+      ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--batches", flags->batches, "Grid: batch sizes")->delimiter(',')->capture_default_str()
-      ->check(CLI::Range(1, 1 << 16));
+      ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--kv-dtypes", flags->kv_dtypes, "Grid: KV dtypes")->delimiter(',')->capture_default_str()
       ->check(CLI::IsMember({"bf16", "fp16", "fp8"}));
   cmd->add_option("--kv-len", flags->kv_len, "Grid: cached tokens per request")->capture_default_str()

@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
     std::cerr << "helixmla: " << e.what() << "\n";
     return 2;
   } catch (const std::bad_alloc&) {
-    std::cerr << "helixmla: out of host memory (std::bad_alloc); try a smaller --batch, --kv-len or --page-size\n";
+    std::cerr << "helixmla: out of host memory (std::bad_alloc); try a smaller --batch, --kv-len, --q-len or --contexts\n";
     return 1;
   } catch (const std::exception& e) {
     std::cerr << "helixmla: " << e.what() << "\n";

@@ -43,29 +43,24 @@ void require_known_backend(const std::string& name, const std::vector<BackendPtr
   throw CLI::ValidationError("--backend", "unknown backend " + name + "; " + owner + " has " + known);
 }
 
-// The synthetic batch lives in host memory (page table always, tensors for
-// `run`): refuse, naming the flags, what would exhaust it instead of dying
-// of bad_alloc or the OOM killer minutes later.
+// The synthetic batch lives in host memory (page table always; for `run`
+// its tensors and the float64 reference output too): refuse, naming the
+// flags and sizes, what would exhaust it instead of dying of bad_alloc or
+// the OOM killer minutes later.
 void check_host_footprint(const testing::BatchSpec& spec) {
-  std::int64_t longest = spec.contexts > 0 ? spec.context_len : 0;
-  for (std::int32_t len : spec.kv_len) longest = std::max<std::int64_t>(longest, len);
-  const std::int64_t requests = static_cast<std::int64_t>(spec.generations) + spec.contexts;
-  const std::int64_t pages_per_request = (longest + spec.page_size - 1) / spec.page_size;
-  const double table_bytes = static_cast<double>(requests) * static_cast<double>(pages_per_request) * 4.0;
-  double pool_bytes = 0.0;
-  if (spec.allocate_tensors) {
-    pool_bytes = static_cast<double>(requests) * static_cast<double>(pages_per_request) * spec.page_size *
-                 spec.dims.head_dim() * static_cast<double>(dtype_size(spec.kv_dtype));
-  }
+  const testing::HostFootprint footprint = testing::host_footprint(spec);
+  const double tokens = static_cast<double>(spec.contexts) * spec.context_len + static_cast<double>(spec.generations) * spec.q_len;
+  const double reference_bytes = spec.allocate_tensors ? tokens * spec.heads * spec.dims.kv_lora_rank * 8.0 : 0.0;
+  const double total = footprint.page_table_bytes + footprint.tensor_bytes + reference_bytes;
   constexpr double kGiB = 1ull << 30;
   constexpr double kTableLimit = 1.0 * kGiB;   // 2^28 page-table entries
-  constexpr double kTotalLimit = 16.0 * kGiB;  // the 2 x 1M-token Helix batch needs ~2.4
-  if (table_bytes > kTableLimit || table_bytes + pool_bytes > kTotalLimit) {
+  constexpr double kTotalLimit = 16.0 * kGiB;  // the 2 x 1M-token Helix batch needs ~2.5
+  if (footprint.page_table_bytes > kTableLimit || total > kTotalLimit) {
     throw CLI::ValidationError(
-        "--batch/--kv-len/--page-size",
-        fmt::format("{} requests of up to {} tokens in pages of {} need {:.1f} GiB of page table and {:.1f} GiB "
-                    "of KV pool in host memory; the limits are 1 GiB and 16 GiB in all",
-                    requests, longest, spec.page_size, table_bytes / kGiB, pool_bytes / kGiB));
+        "--batch/--kv-len/--page-size/--q-len/--contexts",
+        fmt::format("this batch needs {:.1f} GiB of host memory ({:.1f} GiB of page table); the limits are "
+                    "16 GiB in all and 1 GiB of page table",
+                    total / kGiB, footprint.page_table_bytes / kGiB));
   }
 }
 

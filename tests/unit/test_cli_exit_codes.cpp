@@ -94,7 +94,7 @@ TEST_F(Cli, SweepAndTuneCheckTheirFlagsBeforeWorking) {
     EXPECT_EQ(o.code, 2) << bad << ": " << o.output;
     EXPECT_TRUE(has(o.output, "--max-seconds")) << o.output;
   }
-  for (const char* bad : {"--heads 0,1000", "--batches -1", "--page-sizes 0", "--q-lens 17"}) {
+  for (const char* bad : {"--heads 0,1000", "--batches -1", "--page-sizes 0", "--q-lens 0"}) {
     o = helixmla(std::string("tune ") + bad);
     EXPECT_EQ(o.code, 2) << bad << ": " << o.output;
   }
@@ -105,10 +105,12 @@ TEST_F(Cli, SweepAndTuneCheckTheirFlagsBeforeWorking) {
 TEST_F(Cli, BatchesBeyondHostMemoryAreBadFlagValues) {
   Outcome o = helixmla("explain --heads 128 --batch 100000 --kv-len 1000000");
   EXPECT_EQ(o.code, 2) << o.output;
-  EXPECT_TRUE(has(o.output, "GiB of page table")) << o.output;
+  EXPECT_TRUE(has(o.output, "(11.6 GiB of page table)")) << o.output;
   o = helixmla("run --heads 128 --batch 4096 --kv-len 1000000");
   EXPECT_EQ(o.code, 2) << o.output;
-  EXPECT_TRUE(has(o.output, "GiB of KV pool")) << o.output;
+  EXPECT_TRUE(has(o.output, "needs 4398.1 GiB")) << "the KV pool dominates: " << o.output;
+  o = helixmla("run --heads 128 --batch 16 --q-len 16 --kv-len 16 --contexts 4 --context-len 1048576");
+  EXPECT_EQ(o.code, 2) << "contexts' queries and outputs count too: " << o.output;
 }
 
 // `sweep --profile` skips phases outside the profile's scope; `explain` shows
