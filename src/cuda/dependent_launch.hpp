@@ -22,17 +22,16 @@ namespace helixmla::cuda {
 // it must not be launched early). Cached per device and kernel.
 bool dependent_launch_supported(const void* kernel);
 
-// Launches `kernel` on `stream`, early (programmatic) when `early` and the
-// kernel supports it, else as an ordinary launch.
+// Launches `kernel` on `stream` early (programmatic) when the kernel
+// supports it, else as an ordinary launch.
 template <typename... Params, typename... Args>
-void launch_maybe_early(bool early, void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream,
-                        Args&&... args) {
+void launch_early(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.stream = stream;
   cudaLaunchAttribute attribute{};
-  if (early && dependent_launch_supported(reinterpret_cast<const void*>(kernel))) {
+  if (dependent_launch_supported(reinterpret_cast<const void*>(kernel))) {
     attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attribute.val.programmaticStreamSerializationAllowed = 1;
     config.attrs = &attribute;

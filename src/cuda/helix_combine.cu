@@ -80,9 +80,9 @@ void launch(const HelixCombineArgs& a, cudaStream_t stream) {
                           a.out_stats_head_stride > 0 ? a.out_stats_head_stride : a.heads};
   constexpr int kThreads = 128;
   // Early: its launch hides behind the exchange, whose end it waits for.
-  cuda::launch_maybe_early(true, helix_combine_kernel<Partial, Out>, static_cast<unsigned>(a.tokens * a.heads),
-                           kThreads, stream, static_cast<const PartialStorage*>(a.partial), a.stats,
-                           static_cast<OutStorage*>(a.out), a.out_stats, g);
+  cuda::launch_early(helix_combine_kernel<Partial, Out>, static_cast<unsigned>(a.tokens * a.heads), kThreads,
+                     stream, static_cast<const PartialStorage*>(a.partial), a.stats,
+                     static_cast<OutStorage*>(a.out), a.out_stats, g);
 }
 
 template <DType Partial>

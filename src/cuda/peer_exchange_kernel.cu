@@ -137,10 +137,9 @@ void launch(const Links& links, const Rows& rows, const void* partial, const flo
   }
   const unsigned blocks = static_cast<unsigned>(grid_blocks(rows));
   if (vector_aligned) {
-    cuda::launch_maybe_early(true, exchange_kernel<uint4>, blocks, kThreads, s, links, rows, src, stats, timeout_ns);
+    cuda::launch_early(exchange_kernel<uint4>, blocks, kThreads, s, links, rows, src, stats, timeout_ns);
   } else {
-    cuda::launch_maybe_early(true, exchange_kernel<std::uint8_t>, blocks, kThreads, s, links, rows, src, stats,
-                             timeout_ns);
+    cuda::launch_early(exchange_kernel<std::uint8_t>, blocks, kThreads, s, links, rows, src, stats, timeout_ns);
   }
 }
 

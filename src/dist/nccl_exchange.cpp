@@ -181,12 +181,14 @@ class NcclExchange final : public Exchange {
                   std::to_string(peer) + "): " + nccl_message(r, nullptr);
       }
     };
-    // Resolved before the group opens: nothing inside it may throw.
+    // Communicators resolved and send buffers packed before the group
+    // opens: nothing inside it may throw.
     std::vector<ncclComm_t> comm_of;
-    for (const RankBuffers& b : ranks) comm_of.push_back(comms_[local_index(b.rank)]);
-    for (std::size_t k = 0; k < ranks.size(); ++k) {
-      HELIXMLA_CUDA_CHECK(cudaSetDevice(devices_[local_index(ranks[k].rank)]));
-      pack_send_device(shape, ranks[k]);
+    for (const RankBuffers& b : ranks) {
+      const std::size_t local = local_index(b.rank);
+      comm_of.push_back(comms_[local]);
+      HELIXMLA_CUDA_CHECK(cudaSetDevice(devices_[local]));
+      pack_send_device(shape, b);
     }
     ncclGroupStart();
     for (std::size_t k = 0; k < ranks.size(); ++k) {

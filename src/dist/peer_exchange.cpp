@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <utility>
 #include <string>
@@ -206,46 +207,39 @@ class PeerExchange final : public Exchange {
   std::string why_;
 };
 
-}  // namespace
-
-bool peer_exchange_possible(std::span<const int> devices) {
-  if (devices.size() > static_cast<std::size_t>(peer::kMaxRanks)) return false;
-  for (std::size_t a = 0; a < devices.size(); ++a) {
-    for (std::size_t b = 0; b < devices.size(); ++b) {
-      if (a == b) continue;
-      int can = 0;
-      if (devices[a] == devices[b] || cudaDeviceCanAccessPeer(&can, devices[a], devices[b]) != cudaSuccess ||
-          can == 0) {
-        cudaGetLastError();
-        return false;
-      }
-    }
-  }
-  return true;
-}
-
-std::unique_ptr<Exchange> make_peer_exchange(std::span<const int> devices, const PeerOptions& options) {
-  if (devices.empty()) throw InvalidArgument("devices", -1, "[]", "needs one device per rank");
+// Why `devices` cannot host a peer exchange, as the InvalidArgument to throw;
+// nothing when they can.
+std::optional<InvalidArgument> unsuitable_devices(std::span<const int> devices) {
+  if (devices.empty()) return InvalidArgument("devices", -1, "[]", "needs one device per rank");
   if (devices.size() > static_cast<std::size_t>(peer::kMaxRanks)) {
-    throw InvalidArgument("devices", -1, std::to_string(devices.size()),
-                          "the peer exchange takes at most " + std::to_string(peer::kMaxRanks) + " ranks");
+    return InvalidArgument("devices", -1, std::to_string(devices.size()),
+                           "the peer exchange takes at most " + std::to_string(peer::kMaxRanks) + " ranks");
   }
   for (std::size_t a = 0; a < devices.size(); ++a) {
     for (std::size_t b = 0; b < devices.size(); ++b) {
       if (a == b) continue;
       if (devices[a] == devices[b]) {
-        throw InvalidArgument("devices", static_cast<std::int64_t>(b), std::to_string(devices[b]),
-                              "each rank of the peer exchange needs its own GPU");
+        return InvalidArgument("devices", static_cast<std::int64_t>(b), std::to_string(devices[b]),
+                               "each rank of the peer exchange needs its own GPU");
       }
       int can = 0;
-      HELIXMLA_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, devices[a], devices[b]));
-      if (can == 0) {
-        throw InvalidArgument("devices", static_cast<std::int64_t>(b), std::to_string(devices[b]),
-                              "GPU " + std::to_string(devices[a]) + " cannot access GPU " +
-                                  std::to_string(devices[b]) + " directly (no peer access); use NCCL");
+      if (cudaDeviceCanAccessPeer(&can, devices[a], devices[b]) != cudaSuccess || can == 0) {
+        cudaGetLastError();
+        return InvalidArgument("devices", static_cast<std::int64_t>(b), std::to_string(devices[b]),
+                               "GPU " + std::to_string(devices[a]) + " cannot access GPU " +
+                                   std::to_string(devices[b]) + " directly (no peer access); use NCCL");
       }
     }
   }
+  return std::nullopt;
+}
+
+}  // namespace
+
+bool peer_exchange_possible(std::span<const int> devices) { return !unsuitable_devices(devices); }
+
+std::unique_ptr<Exchange> make_peer_exchange(std::span<const int> devices, const PeerOptions& options) {
+  if (auto why = unsuitable_devices(devices)) throw *why;
   return std::make_unique<PeerExchange>(std::vector<int>(devices.begin(), devices.end()), options);
 }
 
