@@ -6,6 +6,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <utility>
 
 #include "helixmla/error.hpp"
 
@@ -30,23 +31,47 @@ void fill_random(std::vector<std::byte>& buffer, DType dtype, std::int64_t count
 
 }  // namespace
 
+namespace {
+
+// Request r's (q_len, kv_len): contexts first, generations cycling kv_len.
+std::pair<std::int32_t, std::int32_t> request_lengths(const BatchSpec& spec, std::int64_t r) {
+  if (r < spec.contexts) return {spec.context_len, spec.context_len};
+  return {spec.q_len, spec.kv_len[static_cast<std::size_t>(r - spec.contexts) % spec.kv_len.size()]};
+}
+
+// Sizes of the batch's metadata, for the constructor and host_footprint alike.
+struct Layout {
+  std::int64_t requests = 0;
+  std::int64_t pages = 0;  // spare pages included
+  std::int64_t stride = 1;  // page-table row: the longest request's pages
+  std::int64_t tokens = 0;
+};
+
+Layout layout_of(const BatchSpec& spec) {
+  Layout layout;
+  layout.requests = static_cast<std::int64_t>(spec.contexts) + spec.generations;
+  for (std::int64_t r = 0; r < layout.requests; ++r) {
+    const auto [q_len, kv_len] = request_lengths(spec, r);
+    const std::int64_t pages = spec.page_size > 0 ? (kv_len + spec.page_size - 1) / spec.page_size : 0;
+    layout.pages += pages;
+    layout.stride = std::max(layout.stride, pages);
+    layout.tokens += q_len;
+  }
+  layout.pages += spec.spare_pages;
+  return layout;
+}
+
+}  // namespace
+
 HostFootprint host_footprint(const BatchSpec& spec) {
   HostFootprint footprint;
   if (spec.kv_len.empty() || spec.page_size <= 0) return footprint;
-  const std::int64_t requests = static_cast<std::int64_t>(spec.contexts) + spec.generations;
-  double pages = 0.0, tokens = 0.0;
-  std::int64_t stride = 1;
-  for (std::int64_t r = 0; r < requests; ++r) {
-    const bool context = r < spec.contexts;
-    const std::int64_t len =
-        context ? spec.context_len : spec.kv_len[static_cast<std::size_t>(r - spec.contexts) % spec.kv_len.size()];
-    const std::int64_t request_pages = (len + spec.page_size - 1) / spec.page_size;
-    pages += static_cast<double>(request_pages);
-    stride = std::max(stride, request_pages);
-    tokens += context ? spec.context_len : spec.q_len;
-  }
-  pages += spec.spare_pages;
-  footprint.page_table_bytes = static_cast<double>(requests) * static_cast<double>(stride) * 4.0 + pages * 4.0;
+  const Layout layout = layout_of(spec);
+  const auto pages = static_cast<double>(layout.pages);
+  const auto tokens = static_cast<double>(layout.tokens);
+  footprint.tokens = layout.tokens;
+  // The page table and the shuffled page order that fills it.
+  footprint.page_table_bytes = static_cast<double>(layout.requests) * static_cast<double>(layout.stride) * 4.0 + pages * 4.0;
   if (!spec.allocate_tensors) return footprint;
   const double q_size = static_cast<double>(dtype_size(spec.q_dtype));
   footprint.tensor_bytes = tokens * spec.heads * spec.dims.head_dim() * q_size +
@@ -58,24 +83,17 @@ HostFootprint host_footprint(const BatchSpec& spec) {
 
 SyntheticBatch::SyntheticBatch(const BatchSpec& spec) : spec_(spec) {
   if (spec.kv_len.empty()) throw InvalidArgument("kv_len", -1, "[]", "needs at least one value");
-  const std::int32_t requests = spec.contexts + spec.generations;
+  const Layout layout = layout_of(spec);
+  const auto requests = static_cast<std::int32_t>(layout.requests);
   for (std::int32_t r = 0; r < requests; ++r) {
-    const bool context = r < spec.contexts;
-    const std::int32_t g = r - spec.contexts;
-    q_len_.push_back(context ? spec.context_len : spec.q_len);
-    kv_len_.push_back(context ? spec.context_len
-                              : spec.kv_len[static_cast<std::size_t>(g) % spec.kv_len.size()]);
+    const auto [q_len, kv_len] = request_lengths(spec, r);
+    q_len_.push_back(q_len);
+    kv_len_.push_back(kv_len);
   }
-  std::int64_t used_pages = 0;
-  std::int32_t stride = 1;
-  for (std::int32_t len : kv_len_) {
-    const std::int32_t pages = spec.page_size > 0 ? (len + spec.page_size - 1) / spec.page_size : 0;
-    used_pages += pages;
-    stride = std::max(stride, pages);
-  }
+  const auto stride = static_cast<std::int32_t>(layout.stride);
   page_table_stride_ = stride;
-  num_pages_ = used_pages + spec.spare_pages;
-  num_tokens_ = std::accumulate(q_len_.begin(), q_len_.end(), std::int64_t{0});
+  num_pages_ = layout.pages;
+  num_tokens_ = layout.tokens;
 
   std::mt19937_64 rng(spec.seed);
   std::vector<std::int32_t> order(static_cast<std::size_t>(num_pages_));

@@ -41,6 +41,7 @@ float default_kv_scale(DType kv_dtype);
 // allocating: its page table (always) and its tensors (Q, KV pool with the
 // spare pages, out, stats) when spec.allocate_tensors.
 struct HostFootprint {
+  std::int64_t tokens = 0;  // query tokens of the batch
   double page_table_bytes = 0.0;
   double tensor_bytes = 0.0;
 };

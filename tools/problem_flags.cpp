@@ -49,8 +49,8 @@ void require_known_backend(const std::string& name, const std::vector<BackendPtr
 // the OOM killer minutes later.
 void check_host_footprint(const testing::BatchSpec& spec) {
   const testing::HostFootprint footprint = testing::host_footprint(spec);
-  const double tokens = static_cast<double>(spec.contexts) * spec.context_len + static_cast<double>(spec.generations) * spec.q_len;
-  const double reference_bytes = spec.allocate_tensors ? tokens * spec.heads * spec.dims.kv_lora_rank * 8.0 : 0.0;
+  const double reference_bytes =
+      spec.allocate_tensors ? static_cast<double>(footprint.tokens) * spec.heads * spec.dims.kv_lora_rank * 8.0 : 0.0;
   const double total = footprint.page_table_bytes + footprint.tensor_bytes + reference_bytes;
   constexpr double kGiB = 1ull << 30;
   constexpr double kTableLimit = 1.0 * kGiB;   // 2^28 page-table entries
