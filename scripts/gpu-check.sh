@@ -3,7 +3,7 @@
 # skipped (and said so) once the time budget is spent. Logs go to
 # /tmp/helixmla-gpu-check and, packed as one archive, to $OUT when set (the
 # device tool brings back only a few files); a short summary is printed last.
-#   scripts/gpu-check.sh [run] [tests] [multigpu] [helix] [bench] [tune] [sanitize] [execute]
+#   scripts/gpu-check.sh [run] [tests] [multigpu] [helix] [bench] [tune] [sanitize] [ncu] [execute]
 #   (default: tests sanitize bench; HELIXMLA_CHECK_BUDGET seconds, default 540)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -112,6 +112,29 @@ if step sanitize; then
       --gtest_filter='HelixPeer.*:*HelixPeerStep*decode_bf16' >"$out/sanitize-peer.log" 2>&1
     summary+=("compute-sanitizer memcheck (peer exchange): exit $?, $(grep -E 'ERROR SUMMARY' "$out/sanitize-peer.log" | tail -1) [$(elapsed) s]")
   fi
+fi
+if step ncu; then
+  # Nsight Compute on the kernels the open performance bars hinge on: one
+  # 64-row wgmma case (HELIXMLA_NCU_CASES, default case 4) and the attention
+  # plus split combine of the 2 x 1M-token Helix baseline (how evenly the
+  # blocks finish). Clocks are locked to base by ncu: compare ratios only.
+  metrics=gpu__time_duration.sum,sm__cycles_active.min,sm__cycles_active.avg,sm__cycles_active.max,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,smsp__inst_executed.avg.per_cycle_active
+  for c in ${HELIXMLA_NCU_CASES:-4}; do
+    timeout "$(within 150)" ncu --kernel-name regex:mla_decode --launch-skip 2 --launch-count 1 \
+      --section SpeedOfLight --metrics "$metrics,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
+      "$build/helixmla" bench --cases "$c" --iterations 2 --no-graphs --no-verify >"$out/ncu-case$c.txt" 2>&1
+    summary+=("ncu case $c: exit $? [$(elapsed) s]")
+  done
+  timeout "$(within 150)" ncu --kernel-name regex:'mla_decode|split_combine' --launch-skip 2 --launch-count 2 \
+    --metrics "$metrics" "$build/helixmla" run --heads 16 --batch 2 --kv-len 1048576 --repeat 2 --no-graphs \
+    >"$out/ncu-1m.txt" 2>&1
+  summary+=("ncu 1M: exit $? [$(elapsed) s]")
+  for f in "$out"/ncu-*.txt; do
+    echo "== $f"
+    # Kernel names, the metrics above, and the stall reasons worth > 0.05 cycles per issue.
+    grep -E '^  [a-z_]+.*\(|gpu__time|sm__cycles_active|gmma|mem_shared|dram__thr|inst_executed|Duration|Throughput' "$f" | cut -c1-150 | head -40
+    awk '/issue_stalled/ && $NF + 0 > 0.05 {sub(/smsp__average_warps_issue_stalled_/, ""); print "   stall", $1, $NF}' "$f" | head -20
+  done
 fi
 if step execute; then
   left=$(( budget - $(elapsed) - 30 ))

@@ -39,19 +39,37 @@ __device__ int find_segment(const SplitSegment* segments, int count, std::int64_
 
 __device__ bool contributes(float m, float l) { return l > 0.0f && m > -INFINITY; }
 
-// Reduces one value per thread over the block; every thread gets the result.
-template <int LANES, bool kMax>
-__device__ float block_reduce(float value, float* scratch) {
-  for (int offset = 16; offset > 0; offset /= 2) {
-    const float other = __shfl_xor_sync(0xffffffffu, value, offset);
-    value = kMax ? fmaxf(value, other) : value + other;
+// Running softmax statistics of a set of splits: the largest m and the sum
+// of l e^(m - max). Merging is order-free, so one pass over the splits'
+// statistics yields both (two passes, max then sum, cost one more round
+// trip to memory per block).
+struct MaxSum {
+  float m = -INFINITY;
+  float l = 0.0f;
+  __device__ void add(float m2, float l2) {
+    if (!contributes(m2, l2)) return;
+    if (m2 > m) {
+      l = l * __expf(m - m2) + l2;  // e^(-inf) = 0 for the first contribution
+      m = m2;
+    } else {
+      l += l2 * __expf(m2 - m);
+    }
   }
-  __syncthreads();  // scratch may still be read by a previous reduction
-  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = value;
-  __syncthreads();
-  value = scratch[0];
-  for (int w = 1; w < LANES; ++w) value = kMax ? fmaxf(value, scratch[w]) : value + scratch[w];
-  return value;
+};
+
+// Merges one MaxSum per thread over the block; every thread gets the result.
+template <int LANES>
+__device__ MaxSum block_merge(MaxSum v, float2* scratch) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    v.add(__shfl_xor_sync(0xffffffffu, v.m, offset), __shfl_xor_sync(0xffffffffu, v.l, offset));
+  }
+  if constexpr (LANES > 1) {
+    if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = make_float2(v.m, v.l);
+    __syncthreads();
+    v = MaxSum{};
+    for (int w = 0; w < LANES; ++w) v.add(scratch[w].x, scratch[w].y);
+  }
+  return v;
 }
 
 template <typename Out, int LANES>
@@ -60,30 +78,26 @@ __global__ void __launch_bounds__(32 * LANES) split_combine_kernel(SplitCombineA
   // prologue now; it still waits for this grid before reading the output.
   cuda::allow_next_grid();
   constexpr int kThreads = 32 * LANES;
-  __shared__ float reduce_s[LANES];
+  __shared__ float2 merge_s[LANES];
   __shared__ float4 lane_sums_s[LANES > 1 ? LANES - 1 : 1][32];
   const std::int64_t row = blockIdx.x;
   const SplitSegment seg = args.segments[find_segment(args.segments, args.num_segments, row)];
   const std::int64_t i = row - seg.first_partial_row;
   const std::int64_t first = seg.first_entry + i * seg.splits;
-  const float* stats = args.partial_stats + first * 2;
+  const float2* stats = reinterpret_cast<const float2*>(args.partial_stats) + first;
 
-  float m_max = -INFINITY;
-  for (int s = threadIdx.x; s < seg.splits; s += kThreads) {
-    if (contributes(stats[2 * s], stats[2 * s + 1])) m_max = fmaxf(m_max, stats[2 * s]);
-  }
-  m_max = block_reduce<LANES, true>(m_max, reduce_s);
-  float l_sum = 0.0f;
-  if (m_max > -INFINITY) {
-    for (int s = threadIdx.x; s < seg.splits; s += kThreads) {
-      const float m = stats[2 * s];
-      const float l = stats[2 * s + 1];
-      if (contributes(m, l)) l_sum += l * __expf(m - m_max);
-    }
-  }
-  l_sum = block_reduce<LANES, false>(l_sum, reduce_s);
-  const bool empty = !(l_sum > 0.0f);
-  const float inv_sum = empty ? 0.0f : 1.0f / l_sum;
+  MaxSum total;
+  for (int s = threadIdx.x; s < seg.splits; s += kThreads) total.add(stats[s].x, stats[s].y);
+  total = block_merge<LANES>(total, merge_s);
+  const float m_max = total.m;
+  const bool empty = !(total.l > 0.0f);
+  const float inv_sum = empty ? 0.0f : 1.0f / total.l;
+  // A split's weight in the output; 0 for splits that saw nothing, whose
+  // partials may be unwritten (any bits, NaN included) and are loaded but
+  // never used: the loads carry no branch, so a warp has a whole unrolled
+  // group of them in flight instead of one stats-then-partial round trip
+  // per split.
+  auto weight = [&](float2 ml) { return contributes(ml.x, ml.y) ? ml.y * __expf(ml.x - m_max) * inv_sum : 0.0f; };
 
   const std::int64_t out_row = seg.first_out_row + i;
   const int rank = args.kv_lora_rank;
@@ -97,15 +111,14 @@ __global__ void __launch_bounds__(32 * LANES) split_combine_kernel(SplitCombineA
     if (d < rank && !empty) {
 #pragma unroll 8
       for (int s = warp; s < seg.splits; s += LANES) {
-        const float m = stats[2 * s];
-        const float l = stats[2 * s + 1];
-        if (!contributes(m, l)) continue;  // its partial may be unwritten
-        const float w = l * __expf(m - m_max) * inv_sum;
+        const float w = weight(stats[s]);
         const float4 o = *reinterpret_cast<const float4*>(partial + std::int64_t{s} * rank + d);
-        acc.x += w * o.x;
-        acc.y += w * o.y;
-        acc.z += w * o.z;
-        acc.w += w * o.w;
+        if (w != 0.0f) {
+          acc.x += w * o.x;
+          acc.y += w * o.y;
+          acc.z += w * o.z;
+          acc.w += w * o.w;
+        }
       }
     }
     if (warp > 0) lane_sums_s[warp - 1][lane] = acc;
@@ -125,17 +138,15 @@ __global__ void __launch_bounds__(32 * LANES) split_combine_kernel(SplitCombineA
     for (int d = threadIdx.x; d < rank; d += kThreads) {
       float acc = 0.0f;
       for (int s = 0; s < seg.splits && !empty; ++s) {
-        const float m = stats[2 * s];
-        const float l = stats[2 * s + 1];
-        if (!contributes(m, l)) continue;
-        acc += l * __expf(m - m_max) * inv_sum * partial[std::int64_t{s} * rank + d];
+        const float w = weight(stats[s]);
+        if (w != 0.0f) acc += w * partial[std::int64_t{s} * rank + d];
       }
       out[d] = Out(acc);
     }
   }
   if (args.stats != nullptr && blockIdx.y == 0 && threadIdx.x == 0) {
     args.stats[out_row * 2] = empty ? -INFINITY : m_max;
-    args.stats[out_row * 2 + 1] = empty ? 0.0f : l_sum;
+    args.stats[out_row * 2 + 1] = empty ? 0.0f : total.l;
   }
 }
 

@@ -16,8 +16,8 @@
 // and lives at partial_out[entry * kv_lora_rank ...] (float32, normalised)
 // and partial_stats[entry * 2 ...] = (m, l) (float32, natural-log units,
 // m = max scaled logit of the split, l = sum of e^(s - m)). An entry with
-// l == 0 (or m == -inf) is ignored: its partial output is never read, so
-// a writer may leave it unwritten.
+// l == 0 (or m == -inf) is ignored: its partial output is loaded (so the
+// memory must exist) but never used, so a writer may leave it unwritten.
 //
 // Output row i of a segment is row `first_out_row + i` of `out`
 // ([rows, kv_lora_rank] of out_dtype, i.e. [tokens, heads, kv_lora_rank]

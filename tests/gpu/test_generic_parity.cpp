@@ -295,9 +295,11 @@ TEST(GenericSplitCombine, MergesSplitsAndIgnoresEmptyOnes) {
   SKIP_WITHOUT_GPU();
   constexpr std::int32_t kRank = 512;
   // Segment 0: 2 rows x 3 splits, split 1 of row 0 empty (its partial is
-  // NaN and must not be read). Segment 1: 1 row x 2 splits, all empty.
-  const std::vector<cuda::SplitSegment> segments = {{0, 0, 3, 2, 3}, {2, 6, 0, 1, 2}};
-  const std::int64_t entries = 8;
+  // NaN and must not reach the output). Segment 1: 1 row x 2 splits, all
+  // empty. Segment 2: 1 row x 300 splits (a long request split across the
+  // GPU: more splits than threads in a block), every seventh empty.
+  const std::vector<cuda::SplitSegment> segments = {{0, 0, 3, 2, 3}, {2, 6, 0, 1, 2}, {3, 8, 5, 1, 300}};
+  const std::int64_t entries = 308;
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   std::vector<float> partial(entries * kRank), stats(entries * 2);
@@ -306,12 +308,14 @@ TEST(GenericSplitCombine, MergesSplitsAndIgnoresEmptyOnes) {
     stats[e * 2] = 3.0f * uniform(rng);
     stats[e * 2 + 1] = 1.0f + 5.0f * std::fabs(uniform(rng));
   }
-  for (std::int64_t e : {1, 6, 7}) {
+  std::vector<std::int64_t> empty_entries = {1, 6, 7};
+  for (std::int64_t e = 8; e < entries; e += 7) empty_entries.push_back(e);
+  for (std::int64_t e : empty_entries) {
     stats[e * 2] = e == 1 ? 2.0f : -INFINITY;  // l == 0 marks an empty split whatever m says
     stats[e * 2 + 1] = 0.0f;
     std::fill(partial.begin() + e * kRank, partial.begin() + (e + 1) * kRank, NAN);
   }
-  const std::int64_t out_rows = 5;
+  const std::int64_t out_rows = 6;
   std::vector<double> expected_out(out_rows * kRank, 0.0), expected_stats(out_rows * 2, 0.0);
   for (const cuda::SplitSegment& seg : segments) {
     for (std::int32_t i = 0; i < seg.rows; ++i) {
@@ -352,8 +356,8 @@ TEST(GenericSplitCombine, MergesSplitsAndIgnoresEmptyOnes) {
 
     cuda::SplitCombineArgs args;
     args.segments = static_cast<const cuda::SplitSegment*>(d_segments.data());
-    args.num_segments = 2;
-    args.total_rows = 3;
+    args.num_segments = 3;
+    args.total_rows = 4;
     args.max_splits = max_splits;
     args.partial_out = static_cast<const float*>(d_partial.data());
     args.partial_stats = static_cast<const float*>(d_stats.data());
@@ -369,7 +373,7 @@ TEST(GenericSplitCombine, MergesSplitsAndIgnoresEmptyOnes) {
     d_out.download(out.data(), out.size() * 2);
     d_out_stats.download(out_stats.data(), out_stats.size() * sizeof(float));
 
-    for (std::int64_t row : {0, 3, 4}) {
+    for (std::int64_t row : {0, 3, 4, 5}) {
       std::vector<double> want(expected_out.begin() + row * kRank, expected_out.begin() + (row + 1) * kRank);
       const Comparison c = compare(out.data() + row * kRank, DType::fp16, want);
       if (row == 0) {
