@@ -126,8 +126,8 @@ if step ncu; then
     summary+=("ncu case $c: exit $? [$(elapsed) s]")
   done
   timeout "$(within 150)" ncu --kernel-name regex:'mla_decode|split_combine' --launch-skip 2 --launch-count 2 \
-    --metrics "$metrics" "$build/helixmla" run --heads 16 --batch 2 --kv-len 1048576 --repeat 2 --no-graphs \
-    >"$out/ncu-1m.txt" 2>&1
+    --metrics "$metrics" "$build/helixmla" bench --suite bench/helix-bars.csv --cases 2 --iterations 2 \
+    --no-graphs --no-verify >"$out/ncu-1m.txt" 2>&1
   summary+=("ncu 1M: exit $? [$(elapsed) s]")
   for f in "$out"/ncu-*.txt; do
     echo "== $f"

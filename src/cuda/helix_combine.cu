@@ -25,18 +25,25 @@ struct CombineGeometry {
 
 __device__ __forceinline__ bool live(const float* s) { return s[1] > 0.0f && isfinite(s[0]); }
 
+constexpr int kThreads = 128;
+constexpr int kColumnsPerThread = 4;  // 512 columns (kv_lora_rank) in one pass
+
 template <DType Partial, DType Out>
-__global__ void helix_combine_kernel(const typename cuda::DeviceElement<Partial>::Storage* partial,
-                                     const float* stats,
-                                     typename cuda::DeviceElement<Out>::Storage* out,
-                                     float* out_stats, CombineGeometry g) {
+__global__ void __launch_bounds__(kThreads)
+    helix_combine_kernel(const typename cuda::DeviceElement<Partial>::Storage* partial, const float* stats,
+                         typename cuda::DeviceElement<Out>::Storage* out, float* out_stats, CombineGeometry g) {
   const long long row = blockIdx.x;  // token * heads + head
   const long long token = row / g.heads;
   const long long head = row % g.heads;
   const long long rank_rows = g.tokens * g.heads;
   cuda::wait_for_previous_grid();  // launched early: the exchange writes the input
 
+  // Every load below is unconditional (no branch in front), so each step is
+  // one round trip to memory with all its loads in flight: the statistics,
+  // then the partials. A rank whose weight is 0 has its partial loaded but
+  // never used (it may hold any bits: nothing was written for it).
   float max_m = -INFINITY;
+#pragma unroll 4
   for (int i = 0; i < g.cp; ++i) {
     const float* s = stats + 2 * (i * rank_rows + row);
     if (live(s)) max_m = fmaxf(max_m, s[0]);
@@ -46,20 +53,32 @@ __global__ void helix_combine_kernel(const typename cuda::DeviceElement<Partial>
     const float* s = stats + 2 * (i * rank_rows + row);
     denominator += live(s) ? s[1] * expf(s[0] - max_m) : 0.0f;
   }
+  auto weight = [&](int i) {
+    const float* s = stats + 2 * (i * rank_rows + row);
+    return denominator > 0.0f && live(s) ? s[1] * expf(s[0] - max_m) / denominator : 0.0f;
+  };
 
   const long long out_base = (token * g.out_head_stride + head) * g.width;
-  for (int k = threadIdx.x; k < g.width; k += blockDim.x) {
-    float acc = 0.0f;
-    if (denominator > 0.0f) {
-      for (int i = 0; i < g.cp; ++i) {
-        const float* s = stats + 2 * (i * rank_rows + row);
-        if (!live(s)) continue;
-        const float w = s[1] * expf(s[0] - max_m) / denominator;
-        if (w == 0.0f) continue;
-        acc += w * cuda::DeviceElement<Partial>::load(partial, (i * rank_rows + row) * g.width + k);
+  for (int base = 0; base < g.width; base += kThreads * kColumnsPerThread) {
+    float acc[kColumnsPerThread] = {};
+#pragma unroll 2
+    for (int i = 0; i < g.cp; ++i) {
+      const float w = weight(i);
+      const long long first = (i * rank_rows + row) * g.width;
+#pragma unroll
+      for (int c = 0; c < kColumnsPerThread; ++c) {
+        const int k = base + c * kThreads + static_cast<int>(threadIdx.x);
+        if (k < g.width) {
+          const float v = cuda::DeviceElement<Partial>::load(partial, first + k);
+          if (w != 0.0f) acc[c] += w * v;
+        }
       }
     }
-    cuda::DeviceElement<Out>::store(out, out_base + k, acc);
+#pragma unroll
+    for (int c = 0; c < kColumnsPerThread; ++c) {
+      const int k = base + c * kThreads + static_cast<int>(threadIdx.x);
+      if (k < g.width) cuda::DeviceElement<Out>::store(out, out_base + k, acc[c]);
+    }
   }
   if (out_stats != nullptr && threadIdx.x == 0) {
     float* s = out_stats + 2 * (token * g.stats_head_stride + head);
@@ -78,7 +97,6 @@ void launch(const HelixCombineArgs& a, cudaStream_t stream) {
                           a.width,
                           a.out_head_stride > 0 ? a.out_head_stride : a.heads,
                           a.out_stats_head_stride > 0 ? a.out_stats_head_stride : a.heads};
-  constexpr int kThreads = 128;
   // Early: its launch hides behind the exchange, whose end it waits for.
   cuda::launch_early(helix_combine_kernel<Partial, Out>, static_cast<unsigned>(a.tokens * a.heads), kThreads,
                      stream, static_cast<const PartialStorage*>(a.partial), a.stats,

@@ -111,7 +111,8 @@ TEST(HelixGpu, CombineMatchesTheHostTwin) {
   SKIP_WITHOUT_GPU();
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
   for (std::int32_t cp : {1, 2, 3, 8}) {
-    const std::int32_t heads = 6, width = 512;
+    // Widths past one pass of the kernel's columns (512) take a second, partial pass.
+    const std::int32_t heads = 6, width = cp == 3 ? 700 : 512;
     const std::int64_t tokens = 5;
     std::mt19937_64 rng(cp);
     std::uniform_real_distribution<float> v(-1.0f, 1.0f), m(-3.0f, 5.0f), l(0.5f, 40.0f);
