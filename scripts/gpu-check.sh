@@ -121,15 +121,21 @@ if step ncu; then
   metrics=gpu__time_duration.sum,sm__cycles_active.min,sm__cycles_active.avg,sm__cycles_active.max,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,smsp__inst_executed.avg.per_cycle_active
   for c in ${HELIXMLA_NCU_CASES:-4}; do
     timeout "$(within 150)" ncu --kernel-name regex:mla_decode --launch-skip 2 --launch-count 1 \
-      --section SpeedOfLight --metrics "$metrics,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
-      "$build/helixmla" bench --cases "$c" --iterations 2 --no-graphs --no-verify >"$out/ncu-case$c.txt" 2>&1
+      --section SpeedOfLight --section SourceCounters -o "$out/ncu-case$c" -f \
+      --metrics "$metrics,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
+      "$build/helixmla" bench --cases "$c" --iterations 2 --no-graphs --no-verify >"$out/ncu-case$c.log" 2>&1
     summary+=("ncu case $c: exit $? [$(elapsed) s]")
+    ncu --import "$out/ncu-case$c.ncu-rep" --page details >"$out/ncu-case$c.txt" 2>&1
+    ncu --import "$out/ncu-case$c.ncu-rep" --page source --print-source sass --csv >"$out/ncu-case$c-sass.csv" 2>&1
+    python3 scripts/ncu_top_stalls.py "$out/ncu-case$c-sass.csv" 45 >"$out/ncu-case$c-stalls.txt" 2>&1
   done
   timeout "$(within 150)" ncu --kernel-name regex:'mla_decode|split_combine' --launch-skip 2 --launch-count 2 \
     --metrics "$metrics" "$build/helixmla" bench --suite bench/helix-bars.csv --cases 2 --iterations 2 \
     --no-graphs --no-verify >"$out/ncu-1m.txt" 2>&1
   summary+=("ncu 1M: exit $? [$(elapsed) s]")
-  for f in "$out"/ncu-*.txt; do
+  for f in "$out"/ncu-case*-stalls.txt; do echo "== $f"; cut -c1-140 "$f"; done
+  for f in "$out"/ncu-case?.txt "$out"/ncu-case??.txt "$out"/ncu-1m.txt; do
+    [ -f "$f" ] || continue
     echo "== $f"
     # Kernel names, the metrics above, and the stall reasons worth > 0.05 cycles per issue.
     grep -E '^  [a-z_]+.*\(|gpu__time|sm__cycles_active|gmma|mem_shared|dram__thr|inst_executed|Duration|Throughput' "$f" | cut -c1-150 | head -40
