@@ -109,7 +109,12 @@ struct Config {
   static constexpr int kQBytes = M * kRowBytes16;
   static constexpr int kTileBytes16 = kTileTokens * kRowBytes16;
   static constexpr int kStageBytes = KV == kKvFp8 ? kTileTokens * kHeadDim : kTileBytes16;
-  static constexpr int kSBytes = kWarpsK * M * kSStride * 4;
+  // wgmma: the S halves swap through shared memory, 16 floats per thread;
+  // 16-bit KV swaps through two buffers by tile parity (the overlapped loop
+  // has one barrier per tile, so a fast thread's next swap must not
+  // overwrite what a slow thread of the other warpgroup has yet to read).
+  static constexpr int kSwapBytes = kThreads * 16 * 4;
+  static constexpr int kSBytes = kWgmma ? (KV == kKvFp8 ? 1 : 2) * kSwapBytes : kWarpsK * M * kSStride * 4;
   static constexpr int kPBytes = M * kTileTokens * 2;
   // fp8: once a stage is widened its bytes are dead until the tile after
   // next is loaded into it, so S and P live there (room for more stages).
@@ -121,7 +126,6 @@ struct Config {
   static constexpr int kPOffset = kSOffset + (kScratchInStage ? 0 : kSBytes);
   static constexpr int kRowInfoOffset = kPOffset + (kScratchInStage ? 0 : kPBytes);
   static constexpr int kSmemBytes = kRowInfoOffset + 4 * M * 4 + (kWgmma ? 1024 : 0);
-  static_assert(!kWgmma || kSBytes >= 2 * 128 * 16 * 4, "wgmma S exchange: 16 floats per thread");
 };
 
 #if defined(__CUDACC__)
@@ -251,26 +255,33 @@ __device__ __forceinline__ void pin_registers(unsigned (&r)[K][N]) {
 }
 
 // S partial: D[64 x 32] (+)= A[64 x 16] B[32 x 16]^T, both K-major in shared
-// memory; `accumulate` 0 overwrites D, so D needs no zeroing by ordinary
-// instructions (which, with another wgmma in flight, would make ptxas
-// serialise the wgmma pipeline).
-template <int ELEM>
-__device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], u64 desc_a, u64 desc_b, int accumulate) {
-  if constexpr (ELEM == kElemBf16) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+// memory. The first step of a sum (ACCUMULATE false) overwrites D and takes
+// it as an output only, so D needs no zeroing by ordinary instructions and
+// no copy of its old value (either, with another wgmma in flight, makes
+// ptxas serialise the wgmma pipeline).
+template <int ELEM, bool ACCUMULATE>
+__device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], u64 desc_a, u64 desc_b) {
+#define HMLA_TC_WGMMA_M64N32K16_SS(TYPES, D, SCALE_D)                                                    \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE_D ", 0;\n"                                     \
+               "wgmma.mma_async.sync.aligned.m64n32k16.f32." TYPES " "                                    \
+               "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, 0, 0;\n}\n" \
+               : D(d[0]), D(d[1]), D(d[2]), D(d[3]), D(d[4]), D(d[5]), D(d[6]), D(d[7]), D(d[8]),        \
+                 D(d[9]), D(d[10]), D(d[11]), D(d[12]), D(d[13]), D(d[14]), D(d[15])                      \
+               : "l"(desc_a), "l"(desc_b))
+#define HMLA_TC_ACC(x) "+f"(x)
+#define HMLA_TC_OUT(x) "=f"(x)
+  if constexpr (ELEM == kElemBf16 && ACCUMULATE) {
+    HMLA_TC_WGMMA_M64N32K16_SS("bf16.bf16", HMLA_TC_ACC, "1");
+  } else if constexpr (ELEM == kElemBf16) {
+    HMLA_TC_WGMMA_M64N32K16_SS("bf16.bf16", HMLA_TC_OUT, "0");
+  } else if constexpr (ACCUMULATE) {
+    HMLA_TC_WGMMA_M64N32K16_SS("f16.f16", HMLA_TC_ACC, "1");
   } else {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+    HMLA_TC_WGMMA_M64N32K16_SS("f16.f16", HMLA_TC_OUT, "0");
   }
+#undef HMLA_TC_OUT
+#undef HMLA_TC_ACC
+#undef HMLA_TC_WGMMA_M64N32K16_SS
 }
 
 // The 128 accumulator registers of an m64n256 wgmma: operand list and
@@ -438,18 +449,19 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   for (int i = 0; i < MT * 32; ++i) acc[i] = 0.0f;
 
   // wgmma engine, split into its steps so that bf16/fp16 KV can overlap them
-  // across tiles: S(it + 1) is issued right behind P V(it) instead of after
-  // P V(it) has completed, so the tensor cores run both back to back and one
-  // round trip of wgmma issue and wait per tile disappears. fp8 keeps the
+  // across tiles: S(it + 1) is issued before the softmax of tile it and
+  // P V(it) right behind it, so the tensor cores work through the softmax
+  // and one round trip of wgmma issue and wait per tile disappears. fp8 keeps the
   // serial order: its single widened tile would be overwritten for S(it + 1)
   // while P V(it) still reads it. So do pages under 16 tokens: with
   // token-granular pages the overlap measured 17% slower (cause not yet
   // understood, bench/RESULTS.md), while 32-128 token pages gained 4-7%.
   constexpr bool kOverlap = C::kWgmma && KV != kKvFp8 && PAGE >= 16;
   float s_acc[16];    // this warpgroup's S partial sum, then the whole S tile
+  float s_next[16];   // overlap: S of the next tile, in flight during this tile's softmax
   u32 pa[T / 16][4];  // P as wgmma A fragments, read by P V while it is in flight
-  // S partial sum over this warpgroup's half of the reduction, issued, not awaited.
-  auto issue_s = [&](const unsigned char* kv) {
+  // S partial sum over this warpgroup's half of the reduction into `d`, issued, not awaited.
+  auto issue_s = [&](const unsigned char* kv, float(&d)[16]) {
     if constexpr (C::kWgmma) {  // wgmma exists on sm_90a only
       const u64 k_desc = smem_desc(kv + wg * 32, 16, 1024);
       wgmma_fence();
@@ -461,7 +473,11 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
         // otherwise outnumbers the MMAs and starves the tensor cores).
         const u64 da = q_desc + static_cast<u64>(((i >> 1) * (M * 128) + (i & 1) * 64) >> 4);
         const u64 db = k_desc + static_cast<u64>(((i >> 1) * (T * 128) + (i & 1) * 64) >> 4);
-        wgmma_m64n32k16_ss<ELEM>(s_acc, da, db, i > 0);
+        if (i == 0) {
+          wgmma_m64n32k16_ss<ELEM, false>(d, da, db);
+        } else {
+          wgmma_m64n32k16_ss<ELEM, true>(d, da, db);
+        }
       }
       wgmma_commit();
     }
@@ -579,25 +595,27 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
 
   for (int it = 0; it < n_tiles; ++it) {
     if constexpr (kOverlap) {
+      // The tensor cores take S(it + 1) while this tile's softmax runs,
+      // then P V(it): S is issued as soon as the swap's barrier has shown
+      // that tile it + 1 landed in every thread's copies.
       if (it == 0) {
         cp_async_wait<C::kStages - 2>();
         fence_proxy_async();
         __syncthreads();
-        issue_s(stage_s);
+        issue_s(stage_s, s_next);
       }
       wgmma_wait_all();  // S(it) and P V(it - 1)
-      pin_registers(s_acc);
+      pin_registers(s_next);
       pin_registers(acc);
       pin_registers(pa);
-      add_other_s_half(smem + C::kSOffset);
+#pragma unroll
+      for (int i = 0; i < 16; ++i) s_acc[i] = s_next[i];
+      cp_async_wait<0>();  // tile it + 1, loaded during tile it - 1
+      fence_proxy_async();
+      add_other_s_half(smem + C::kSOffset + (it & 1) * C::kSwapBytes);
+      if (it + 1 < n_tiles) issue_s(stage_s + ((it + 1) % C::kStages) * C::kStageBytes, s_next);
       load_ahead(it);  // past the barrier, every P V(it - 1) has completed
       softmax_and_issue_pv(stage_s + (it % C::kStages) * C::kStageBytes, it);
-      if (it + 1 < n_tiles) {
-        cp_async_wait<C::kStages - 2>();
-        fence_proxy_async();
-        __syncthreads();
-        issue_s(stage_s + ((it + 1) % C::kStages) * C::kStageBytes);
-      }
       continue;
     }
     cp_async_wait<C::kStages - 2>();
@@ -632,7 +650,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     unsigned char* scratch = C::kScratchInStage ? stage : smem + C::kSOffset;
 
     if constexpr (C::kWgmma) {
-      issue_s(kv);
+      issue_s(kv, s_acc);
       wgmma_wait_all();
       pin_registers(s_acc);
       add_other_s_half(scratch);
