@@ -25,20 +25,19 @@
 //     x 16 tokens over a share of the 576 reduction, partial sums meeting in
 //     shared memory; O += P V with each warp owning 64 of the 512 V columns for
 //     all M rows (V is the first 512 columns of the K tile, ldmatrix.trans).
-//   * wgmma (sm_90a, 64-row tiles): the two warpgroups each compute S for
-//     16 of the tile's 32 tokens over the whole reduction (m64n16k16, Q and
-//     K straight from shared memory), and each owns 256 of the V columns
-//     (m64n256k16 over all 32 tokens, P from registers, V read N-major from
-//     the same tile). The shared-memory rows above are exactly the
-//     128-byte-swizzle canonical layout wgmma descriptors describe.
+//   * wgmma (sm_90a, 64-row tiles): the two warpgroups each compute S over
+//     half of the reduction (m64n32k16, Q and K straight from shared memory),
+//     and each owns 256 of the V columns (m64n256k16, P from registers, V read
+//     N-major from the same tile). The shared-memory rows above are exactly
+//     the 128-byte-swizzle canonical layout wgmma descriptors describe.
 //   Between the two matrix steps the online softmax runs in float32 in the
 //   exp2 domain. mma.sync: S partials meet in shared memory, the softmax
-//   writes P (16-bit) and each row's rescale factor there. wgmma: each
-//   warpgroup runs the softmax of its tokens in registers (the S accumulator
-//   layout is P's A-operand layout); a thread and its partner in the other
-//   warpgroup hold the same rows in the same layout, so they trade row
-//   maxima and P fragments through shared memory behind a two-warp barrier;
-//   the rescale of O is skipped when no row max moved.
+//   writes P (16-bit) and each row's rescale factor there. wgmma: the two S
+//   partials are swapped through shared memory in register order, and each
+//   warpgroup runs the softmax on the whole tile in its own registers (the S
+//   accumulator layout is P's A-operand layout), so one barrier per tile
+//   less and no P round trip; the rescale of O is skipped when no row max
+//   moved.
 // - fp8 e4m3 KV lands in shared memory as bytes and is widened once per tile
 //   to the 16-bit MMA type (exact: every e4m3 value is a bf16/fp16 value); the
 //   per-tensor KV scale is folded into the softmax scale and the output scale.
@@ -99,22 +98,24 @@ struct Config {
   static_assert(ENGINE == kEngineMmaSync || M == 64, "the wgmma engine runs 64-row tiles");
   static constexpr bool kWgmma = ENGINE == kEngineWgmma;
   static constexpr int kMTiles = M / 16;
-  static constexpr int kWarpsK = kWgmma ? 1 : 4 / kMTiles;  // partial S sums per tile
+  static constexpr int kWarpsK = kWgmma ? 2 : 4 / kMTiles;  // partial S sums per tile
   static constexpr int kKSteps = 36 / kWarpsK;  // k16 steps per warp (warpgroup) in S = Q K^T
   static constexpr int kRowThreads = kThreads / M;                   // softmax threads per row
   static constexpr int kRowTokens = kTileTokens / kRowThreads;       // tokens per softmax thread
-  static constexpr int kStages = M == 16 ? (KV == kKvFp8 ? 3 : 2) : (KV == kKvFp8 || M == 32 || kWgmma ? 4 : 3);
+  static constexpr int kStages = M == 16 ? (KV == kKvFp8 ? 3 : 2) : (KV == kKvFp8 ? 4 : (M == 32 ? 4 : 3));
   static constexpr int kBlocksPerSm = M == 16 ? 2 : 1;
   static constexpr int kSStride = kTileTokens + 8;  // floats; keeps S stores conflict-free
 
   static constexpr int kQBytes = M * kRowBytes16;
   static constexpr int kTileBytes16 = kTileTokens * kRowBytes16;
   static constexpr int kStageBytes = KV == kKvFp8 ? kTileTokens * kHeadDim : kTileBytes16;
-  // wgmma: partner threads of the two warpgroups trade row maxima (two
-  // floats each) and P fragments (four words each) through shared memory.
-  static constexpr int kMaxTradeBytes = kThreads * 8;
-  static constexpr int kSBytes = kWgmma ? kMaxTradeBytes + kThreads * 16 : kWarpsK * M * kSStride * 4;
-  static constexpr int kPBytes = kWgmma ? 0 : M * kTileTokens * 2;  // wgmma keeps P in registers
+  // wgmma: the S halves swap through shared memory, 16 floats per thread;
+  // 16-bit KV swaps through two buffers by tile parity (the overlapped loop
+  // has one barrier per tile, so a fast thread's next swap must not
+  // overwrite what a slow thread of the other warpgroup has yet to read).
+  static constexpr int kSwapBytes = kThreads * 16 * 4;
+  static constexpr int kSBytes = kWgmma ? (KV == kKvFp8 ? 1 : 2) * kSwapBytes : kWarpsK * M * kSStride * 4;
+  static constexpr int kPBytes = M * kTileTokens * 2;
   // fp8: once a stage is widened its bytes are dead until the tile after
   // next is loaded into it, so S and P live there (room for more stages).
   static constexpr bool kScratchInStage = KV == kKvFp8 && kSBytes + kPBytes <= kStageBytes;
@@ -253,33 +254,34 @@ __device__ __forceinline__ void pin_registers(unsigned (&r)[K][N]) {
     for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[k][i])::"memory");
 }
 
-// S of 16 tokens: D[64 x 16] (+)= A[64 x 16] B[16 x 16]^T, both K-major in shared
+// S partial: D[64 x 32] (+)= A[64 x 16] B[32 x 16]^T, both K-major in shared
 // memory. The first step of a sum (ACCUMULATE false) overwrites D and takes
 // it as an output only, so D needs no zeroing by ordinary instructions and
 // no copy of its old value (either, with another wgmma in flight, makes
 // ptxas serialise the wgmma pipeline).
 template <int ELEM, bool ACCUMULATE>
-__device__ __forceinline__ void wgmma_m64n16k16_ss(float (&d)[8], u64 desc_a, u64 desc_b) {
-#define HMLA_TC_WGMMA_M64N16K16_SS(TYPES, D, SCALE_D)                                   \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE_D ", 0;\n"                    \
-               "wgmma.mma_async.sync.aligned.m64n16k16.f32." TYPES " "                   \
-               "{%0,%1,%2,%3,%4,%5,%6,%7}, %8, %9, p, 1, 1, 0, 0;\n}\n"               \
-               : D(d[0]), D(d[1]), D(d[2]), D(d[3]), D(d[4]), D(d[5]), D(d[6]), D(d[7]) \
+__device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], u64 desc_a, u64 desc_b) {
+#define HMLA_TC_WGMMA_M64N32K16_SS(TYPES, D, SCALE_D)                                                    \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE_D ", 0;\n"                                     \
+               "wgmma.mma_async.sync.aligned.m64n32k16.f32." TYPES " "                                    \
+               "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, 0, 0;\n}\n" \
+               : D(d[0]), D(d[1]), D(d[2]), D(d[3]), D(d[4]), D(d[5]), D(d[6]), D(d[7]), D(d[8]),        \
+                 D(d[9]), D(d[10]), D(d[11]), D(d[12]), D(d[13]), D(d[14]), D(d[15])                      \
                : "l"(desc_a), "l"(desc_b))
 #define HMLA_TC_ACC(x) "+f"(x)
 #define HMLA_TC_OUT(x) "=f"(x)
   if constexpr (ELEM == kElemBf16 && ACCUMULATE) {
-    HMLA_TC_WGMMA_M64N16K16_SS("bf16.bf16", HMLA_TC_ACC, "1");
+    HMLA_TC_WGMMA_M64N32K16_SS("bf16.bf16", HMLA_TC_ACC, "1");
   } else if constexpr (ELEM == kElemBf16) {
-    HMLA_TC_WGMMA_M64N16K16_SS("bf16.bf16", HMLA_TC_OUT, "0");
+    HMLA_TC_WGMMA_M64N32K16_SS("bf16.bf16", HMLA_TC_OUT, "0");
   } else if constexpr (ACCUMULATE) {
-    HMLA_TC_WGMMA_M64N16K16_SS("f16.f16", HMLA_TC_ACC, "1");
+    HMLA_TC_WGMMA_M64N32K16_SS("f16.f16", HMLA_TC_ACC, "1");
   } else {
-    HMLA_TC_WGMMA_M64N16K16_SS("f16.f16", HMLA_TC_OUT, "0");
+    HMLA_TC_WGMMA_M64N32K16_SS("f16.f16", HMLA_TC_OUT, "0");
   }
 #undef HMLA_TC_OUT
 #undef HMLA_TC_ACC
-#undef HMLA_TC_WGMMA_M64N16K16_SS
+#undef HMLA_TC_WGMMA_M64N32K16_SS
 }
 
 // The 128 accumulator registers of an m64n256 wgmma: operand list and
@@ -425,8 +427,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   float l_run = 0.0f;
 
   // mma.sync S ownership: rows [16 mt, +16), tokens [16 wn, +16), every
-  // kWarpsK-th k16 step. wgmma: warpgroup wg takes tokens [16 wg, +16) of
-  // every tile over the whole reduction.
+  // kWarpsK-th k16 step. wgmma: warpgroup wg takes k16 steps 2 i + wg.
   const int s_mt = warp % MT;
   const int s_wn = (warp / MT) & 1;
   const int s_wk = warp / (2 * MT);
@@ -434,15 +435,11 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   // keep the wgmma descriptors below in uniform registers.
   const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0);
   const int wg_warp = warp & 3;
-  // wgmma softmax state, rows wg_row and wg_row + 8 (l: this thread's
-  // tokens only). Thread t of one warpgroup holds the same rows as thread t
-  // of the other, its partner: the pair shares the maxima, hence m, and
-  // trades P; warp w and warp w + 4 meet at named barrier 1 + w.
+  // wgmma softmax state, rows wg_row and wg_row + 8 (l: this thread's tokens only).
   const int wg_row = wg_warp * 16 + g;
-  const int wg_tid = tid & 127;
   float m_lo = neg_inf(), m_hi = neg_inf();
   float l_lo = 0.0f, l_hi = 0.0f;
-  const u64 q_desc = smem_desc(q_s, 16, 1024);
+  const u64 q_desc = smem_desc(q_s + wg * 32, 16, 1024);
 
   // O accumulators. mma.sync: [mt][nt][4] for rows 16 mt + g (+8), columns
   // 64 warp + 8 nt + 2 c4 (+1). wgmma: [j][4] for rows 16 wg_warp + g (+8),
@@ -460,40 +457,53 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   // token-granular pages the overlap measured 17% slower (cause not yet
   // understood, bench/RESULTS.md), while 32-128 token pages gained 4-7%.
   constexpr bool kOverlap = C::kWgmma && KV != kKvFp8 && PAGE >= 16;
-  // S of this warpgroup's 16 tokens, then their P. The overlapped loop
-  // alternates between the two sets (S of the next tile is in flight
-  // during this tile's softmax): a copy from one to the other would make
-  // ptxas move registers under an in-flight wgmma and serialise it.
-  float s_acc[8];
-  float s_other[8];
-  u32 pa[T / 16][4];  // P as wgmma A fragments (own tokens and partner's), read by P V in flight
-  // S of this warpgroup's 16 tokens over the whole reduction into `d`,
-  // issued, not awaited. Splitting the tile by tokens, not by the reduction,
-  // leaves no partial sums to swap: the warpgroups trade only row maxima
-  // and P fragments, pairwise.
-  auto issue_s = [&](const unsigned char* kv, float(&d)[8]) {
+  float s_acc[16];    // this warpgroup's S partial sum, then the whole S tile
+  float s_next[16];   // overlap: S of the next tile, in flight during this tile's softmax
+  u32 pa[T / 16][4];  // P as wgmma A fragments, read by P V while it is in flight
+  // S partial sum over this warpgroup's half of the reduction into `d`, issued, not awaited.
+  auto issue_s = [&](const unsigned char* kv, float(&d)[16]) {
     if constexpr (C::kWgmma) {  // wgmma exists on sm_90a only
-      const u64 k_desc = smem_desc(kv + wg * 16 * 128, 16, 1024);
+      const u64 k_desc = smem_desc(kv + wg * 32, 16, 1024);
       wgmma_fence();
 #pragma unroll
       for (int i = 0; i < C::kKSteps; ++i) {
-        // k16 step i: 128-byte block i / 4, 32-byte slot i % 4. Descriptors
-        // are linear in the address, so each step adds a constant to a base
-        // computed once (the per-step address arithmetic otherwise
-        // outnumbers the MMAs and starves the tensor cores).
-        const u64 da = q_desc + static_cast<u64>(((i >> 2) * (M * 128) + (i & 3) * 32) >> 4);
-        const u64 db = k_desc + static_cast<u64>(((i >> 2) * (T * 128) + (i & 3) * 32) >> 4);
+        // k16 step 2 i + wg: 128-byte block i / 2, 32-byte slot 2 (i % 2) + wg.
+        // Descriptors are linear in the address, so each step adds a
+        // constant to a base computed once (the per-step address arithmetic
+        // otherwise outnumbers the MMAs and starves the tensor cores).
+        const u64 da = q_desc + static_cast<u64>(((i >> 1) * (M * 128) + (i & 1) * 64) >> 4);
+        const u64 db = k_desc + static_cast<u64>(((i >> 1) * (T * 128) + (i & 1) * 64) >> 4);
         if (i == 0) {
-          wgmma_m64n16k16_ss<ELEM, false>(d, da, db);
+          wgmma_m64n32k16_ss<ELEM, false>(d, da, db);
         } else {
-          wgmma_m64n16k16_ss<ELEM, true>(d, da, db);
+          wgmma_m64n32k16_ss<ELEM, true>(d, da, db);
         }
       }
       wgmma_commit();
     }
   };
-  // Waits for the partner warp only (the two warps that hold the same rows).
-  auto partner_barrier = [&]() { asm volatile("bar.sync %0, 64;\n" ::"r"(1 + wg_warp) : "memory"); };
+  // The two partial sums meet in shared memory in fragment order (thread t
+  // of one warpgroup holds the same elements as thread t of the other), so
+  // both warpgroups end up with the whole S tile in registers. Contains a
+  // block barrier.
+  auto add_other_s_half = [&](unsigned char* scratch) {
+    float4* exchange = reinterpret_cast<float4*>(scratch);
+    const int wg_tid = tid & 127;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      exchange[(wg * 4 + q) * 128 + wg_tid] =
+          make_float4(s_acc[4 * q], s_acc[4 * q + 1], s_acc[4 * q + 2], s_acc[4 * q + 3]);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const float4 other = exchange[((wg ^ 1) * 4 + q) * 128 + wg_tid];
+      s_acc[4 * q] += other.x;
+      s_acc[4 * q + 1] += other.y;
+      s_acc[4 * q + 2] += other.z;
+      s_acc[4 * q + 3] += other.w;
+    }
+  };
   // Issues the copy of the tile kStages - 1 ahead of `it` (into the stage of
   // tile it - 1, which no thread reads any more) and looks up the next slot.
   auto load_ahead = [&](int it) {
@@ -502,34 +512,29 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     cp_async_commit();
     next_slot = slot_of(next + 1);
   };
-  // Online softmax of this warpgroup's tokens of tile `it` with the row
-  // maxima of the whole tile, then P V over all 32 tokens issued into this
-  // warpgroup's 256 output columns, not awaited. `scratch` holds the trades.
-  auto softmax_and_issue_pv = [&](const unsigned char* kv, int it, unsigned char* scratch, const float(&s_tile)[8]) {
+  // Online softmax of tile `it` on the whole S tile in registers, then
+  // P V issued into this warpgroup's 256 output columns, not awaited.
+  auto softmax_and_issue_pv = [&](const unsigned char* kv, int it) {
     if constexpr (C::kWgmma) {
-      float2* max_trade = reinterpret_cast<float2*>(scratch);
-      uint4* p_trade = reinterpret_cast<uint4*>(scratch + C::kMaxTradeBytes);
       // V N-major: 64-column blocks T * 128 bytes apart, 8-token groups 1024.
       const u64 v_desc = smem_desc(kv + (4 * wg) * (T * 128), T * 128, 1024);
       const int bound_lo = bound_s[wg_row];
       const int bound_hi = bound_s[wg_row + 8];
-      // Rows wg_row (elements 4 j + e) and wg_row + 8 (4 j + 2 + e), tokens
-      // 16 wg + 8 j + 2 c4 + e; the four threads of a quad share the rows.
-      // Read out of place: S(it + 1) may be in flight, and ptxas serialises
-      // the wgmma pipeline when ordinary instructions write registers that
-      // a wgmma defined (s_tile is S(it)'s accumulator).
-      const int start = w.kv_begin + it * T + 16 * wg;
-      float sp[8];  // S scaled and masked, then P
+      // Online softmax of rows wg_row (elements 4 j + e) and wg_row + 8
+      // (4 j + 2 + e), tokens 8 j + 2 c4 + e; the four threads of a quad share
+      // the rows. Both warpgroups compute the same values; l stays a
+      // per-thread partial sum until the epilogue.
+      const int start = w.kv_begin + it * T;
       float max_lo = neg_inf(), max_hi = neg_inf();
 #pragma unroll
-      for (int j = 0; j < 2; ++j) {
+      for (int j = 0; j < 4; ++j) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int pos = start + 8 * j + 2 * c4 + e;
-          sp[4 * j + e] = pos < bound_lo ? s_tile[4 * j + e] * p.scale_log2 : neg_inf();
-          sp[4 * j + 2 + e] = pos < bound_hi ? s_tile[4 * j + 2 + e] * p.scale_log2 : neg_inf();
-          max_lo = fmaxf(max_lo, sp[4 * j + e]);
-          max_hi = fmaxf(max_hi, sp[4 * j + 2 + e]);
+          s_acc[4 * j + e] = pos < bound_lo ? s_acc[4 * j + e] * p.scale_log2 : neg_inf();
+          s_acc[4 * j + 2 + e] = pos < bound_hi ? s_acc[4 * j + 2 + e] * p.scale_log2 : neg_inf();
+          max_lo = fmaxf(max_lo, s_acc[4 * j + e]);
+          max_hi = fmaxf(max_hi, s_acc[4 * j + 2 + e]);
         }
       }
 #pragma unroll
@@ -537,24 +542,21 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
         max_lo = fmaxf(max_lo, __shfl_xor_sync(0xffffffffu, max_lo, off));
         max_hi = fmaxf(max_hi, __shfl_xor_sync(0xffffffffu, max_hi, off));
       }
-      max_trade[wg * 128 + wg_tid] = make_float2(max_lo, max_hi);
-      partner_barrier();
-      const float2 partner_max = max_trade[(wg ^ 1) * 128 + wg_tid];
-      const float new_lo = fmaxf(m_lo, fmaxf(max_lo, partner_max.x));
-      const float new_hi = fmaxf(m_hi, fmaxf(max_hi, partner_max.y));
+      const float new_lo = fmaxf(m_lo, max_lo);
+      const float new_hi = fmaxf(m_hi, max_hi);
       const bool any_lo = new_lo != neg_inf();
       const bool any_hi = new_hi != neg_inf();
       const float alpha_lo = any_lo ? fast_exp2(m_lo - new_lo) : 1.0f;
       const float alpha_hi = any_hi ? fast_exp2(m_hi - new_hi) : 1.0f;
       float sum_lo = 0.0f, sum_hi = 0.0f;
 #pragma unroll
-      for (int j = 0; j < 2; ++j) {
+      for (int j = 0; j < 4; ++j) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          sp[4 * j + e] = any_lo ? fast_exp2(sp[4 * j + e] - new_lo) : 0.0f;
-          sp[4 * j + 2 + e] = any_hi ? fast_exp2(sp[4 * j + 2 + e] - new_hi) : 0.0f;
-          sum_lo += sp[4 * j + e];
-          sum_hi += sp[4 * j + 2 + e];
+          s_acc[4 * j + e] = any_lo ? fast_exp2(s_acc[4 * j + e] - new_lo) : 0.0f;
+          s_acc[4 * j + 2 + e] = any_hi ? fast_exp2(s_acc[4 * j + 2 + e] - new_hi) : 0.0f;
+          sum_lo += s_acc[4 * j + e];
+          sum_hi += s_acc[4 * j + 2 + e];
         }
       }
       l_lo = l_lo * alpha_lo + sum_lo;
@@ -562,24 +564,10 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       m_lo = new_lo;
       m_hi = new_hi;
 
-      // The S accumulator layout is the register A-operand layout of P, and
-      // the partner's fragment is laid out as this thread's: k16 step kk of
-      // P V takes the 16 tokens of warpgroup kk.
-      u32 own[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) own[i] = pack2<ELEM>(sp[2 * i], sp[2 * i + 1]);
-      p_trade[wg * 128 + wg_tid] = make_uint4(own[0], own[1], own[2], own[3]);
-      partner_barrier();
-      const uint4 traded = p_trade[(wg ^ 1) * 128 + wg_tid];
-      const u32 partner[4] = {traded.x, traded.y, traded.z, traded.w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {  // selects, not a register array indexed by wg
-        pa[0][i] = wg == 0 ? own[i] : partner[i];
-        pa[1][i] = wg == 0 ? partner[i] : own[i];
-      }
-
-      // O[:, 256 wg .. +256] = alpha * O + P V. Once the running maxima
-      // settle, alpha is 1 and the rescale is skipped.
+      // O[:, 256 wg .. +256] = alpha * O + P V. The S accumulator layout is
+      // the register A-operand layout of P: k16 step kk takes 8-token groups
+      // 2 kk and 2 kk + 1. Once the running maxima settle, alpha is 1 and
+      // the rescale is skipped.
       if (__any_sync(0xffffffffu, alpha_lo != 1.0f || alpha_hi != 1.0f)) {
 #pragma unroll
         for (int j = 0; j < 32; ++j) {
@@ -588,6 +576,11 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
           acc[4 * j + 2] *= alpha_hi;
           acc[4 * j + 3] *= alpha_hi;
         }
+      }
+#pragma unroll
+      for (int kk = 0; kk < T / 16; ++kk) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) pa[kk][i] = pack2<ELEM>(s_acc[8 * kk + 2 * i], s_acc[8 * kk + 2 * i + 1]);
       }
       pin_registers(acc);
       wgmma_fence();
@@ -603,31 +596,26 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   for (int it = 0; it < n_tiles; ++it) {
     if constexpr (kOverlap) {
       // The tensor cores take S(it + 1) while this tile's softmax runs,
-      // then P V(it): S is issued as soon as a barrier has shown that tile
-      // it + 1 landed in every thread's copies. Two tiles per trip, so each
-      // S set stays in its registers.
-      auto step = [&](int t, float(&s_this)[8], float(&s_next)[8]) {
-        wgmma_wait_all();  // S(t) and P V(t - 1)
-        pin_registers(s_this);
-        pin_registers(acc);
-        pin_registers(pa);
-        cp_async_wait<C::kStages - 3>();  // tile t + 1, loaded two tiles ago
-        fence_proxy_async();
-        // Also: every P V(t - 1) has completed, and every partner has read
-        // the trades of tile t - 1.
-        __syncthreads();
-        if (t + 1 < n_tiles) issue_s(stage_s + ((t + 1) % C::kStages) * C::kStageBytes, s_next);
-        load_ahead(t);
-        softmax_and_issue_pv(stage_s + (t % C::kStages) * C::kStageBytes, t, smem + C::kSOffset, s_this);
-      };
+      // then P V(it): S is issued as soon as the swap's barrier has shown
+      // that tile it + 1 landed in every thread's copies.
       if (it == 0) {
         cp_async_wait<C::kStages - 2>();
         fence_proxy_async();
         __syncthreads();
-        issue_s(stage_s, s_acc);
+        issue_s(stage_s, s_next);
       }
-      step(it, s_acc, s_other);
-      if (++it < n_tiles) step(it, s_other, s_acc);
+      wgmma_wait_all();  // S(it) and P V(it - 1)
+      pin_registers(s_next);
+      pin_registers(acc);
+      pin_registers(pa);
+#pragma unroll
+      for (int i = 0; i < 16; ++i) s_acc[i] = s_next[i];
+      cp_async_wait<0>();  // tile it + 1, loaded during tile it - 1
+      fence_proxy_async();
+      add_other_s_half(smem + C::kSOffset + (it & 1) * C::kSwapBytes);
+      if (it + 1 < n_tiles) issue_s(stage_s + ((it + 1) % C::kStages) * C::kStageBytes, s_next);
+      load_ahead(it);  // past the barrier, every P V(it - 1) has completed
+      softmax_and_issue_pv(stage_s + (it % C::kStages) * C::kStageBytes, it);
       continue;
     }
     cp_async_wait<C::kStages - 2>();
@@ -665,7 +653,8 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       issue_s(kv, s_acc);
       wgmma_wait_all();
       pin_registers(s_acc);
-      softmax_and_issue_pv(kv, it, scratch, s_acc);
+      add_other_s_half(scratch);
+      softmax_and_issue_pv(kv, it);
       wgmma_wait_all();
       pin_registers(acc);
       pin_registers(pa);
@@ -820,18 +809,12 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       l_lo += __shfl_xor_sync(0xffffffffu, l_lo, off);
       l_hi += __shfl_xor_sync(0xffffffffu, l_hi, off);
     }
-    // Each warpgroup summed its own tokens: l is the sum of the two.
-    if (c4 == 0) {
-      float* l_part = wg == 0 ? l_s : alpha_s;
-      l_part[wg_row] = l_lo;
-      l_part[wg_row + 8] = l_hi;
-      if (wg == 0) {
-        m_s[wg_row] = m_lo;
-        m_s[wg_row + 8] = m_hi;
-      }
+    if (wg == 0 && c4 == 0) {
+      m_s[wg_row] = m_lo;
+      l_s[wg_row] = l_lo;
+      m_s[wg_row + 8] = m_hi;
+      l_s[wg_row + 8] = l_hi;
     }
-    __syncthreads();
-    if (tid < M) l_s[tid] += alpha_s[tid];
   } else if (stok == 0) {
     m_s[srow] = m_run;
     l_s[srow] = l_run;
