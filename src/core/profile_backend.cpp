@@ -176,9 +176,17 @@ PhaseKind phase_at(const json& value, const std::string& field) {
   bad(field, value, "must be \"context\" or \"generation\"");
 }
 
+// Integer shape fields are counts and sizes: a negative value in a
+// condition would only ever match nothing or widen a range unnoticed.
+std::int64_t shape_int_at(const json& value, const std::string& field) {
+  const std::int64_t v = int_at(value, field);
+  if (v < 0) bad(field, value, "must be >= 0 (shape fields are counts and sizes)");
+  return v;
+}
+
 std::int64_t typed_value(Kind kind, const json& value, const std::string& field) {
   switch (kind) {
-    case Kind::integer: return int_at(value, field);
+    case Kind::integer: return shape_int_at(value, field);
     case Kind::boolean:
       if (!value.is_boolean()) bad(field, value, "must be true or false");
       return value.get<bool>();
@@ -258,8 +266,8 @@ Match parse_match(const FieldInfo& field, const json& value, const std::string& 
     if (field.kind != Kind::integer) bad(where, value, "a {min, max} range needs an integer field");
     only_keys(value, where, {"min", "max"});
     if (value.empty()) bad(where, value, "a range needs \"min\", \"max\" or both");
-    if (value.contains("min")) match.min = int_at(value["min"], where + ".min");
-    if (value.contains("max")) match.max = int_at(value["max"], where + ".max");
+    if (value.contains("min")) match.min = shape_int_at(value["min"], where + ".min");
+    if (value.contains("max")) match.max = shape_int_at(value["max"], where + ".max");
     if (match.min > match.max) bad(where, value, "min must not exceed max");
   } else {
     match.values.push_back(typed_value(field.kind, value, where));

@@ -113,6 +113,29 @@ TEST_F(Cli, BatchesBeyondHostMemoryAreBadFlagValues) {
   EXPECT_EQ(o.code, 2) << "contexts' queries and outputs count too: " << o.output;
 }
 
+// Values a CLI parser would quietly change (a wrapped or saturated seed, a
+// dropped empty list item) are flag errors naming the flag and the entry.
+TEST_F(Cli, SeedsAndLengthListsAreReadExactly) {
+  Outcome o = helixmla("explain --heads 16 --batch 2 --seed -1");
+  EXPECT_EQ(o.code, 2) << o.output;
+  EXPECT_TRUE(has(o.output, "--seed") && has(o.output, "'-1'")) << o.output;
+  o = helixmla("explain --heads 16 --batch 2 --seed 18446744073709551616");
+  EXPECT_EQ(o.code, 2) << "one past 2^64 - 1: " << o.output;
+  o = helixmla("explain --heads 16 --batch 2 --seed 18446744073709551615 --json");
+  EXPECT_EQ(o.code, 0) << o.output;
+  o = helixmla("explain --heads 16 --batch 3 --kv-len 100,,200");
+  EXPECT_EQ(o.code, 2) << o.output;
+  EXPECT_TRUE(has(o.output, "entry 1 of '100,,200' is empty")) << o.output;
+  o = helixmla("explain --heads 16 --batch 3 --kv-len 100,200,");
+  EXPECT_TRUE(o.code == 2 && has(o.output, "entry 2 of '100,200,' is empty")) << o.output;
+  o = helixmla("explain --heads 16 --batch 3 --kv-len 100,2x0");
+  EXPECT_TRUE(o.code == 2 && has(o.output, "entry 1 ('2x0') of '100,2x0' is not an integer")) << o.output;
+  o = helixmla("explain --heads 16 --batch 3 --kv-len 100,0");
+  EXPECT_TRUE(o.code == 2 && has(o.output, "entry 1 ('0') of '100,0' is outside [1, 1073741824]")) << o.output;
+  o = helixmla("explain --heads 16 --batch 3 --kv-len 100,300,200 --json");
+  EXPECT_EQ(o.code, 0) << o.output;
+}
+
 // `sweep --profile` skips phases outside the profile's scope; `explain` shows
 // them as such instead of failing for want of a backend.
 TEST_F(Cli, ExplainShowsPhasesOutsideTheProfileScopeWithoutFailing) {

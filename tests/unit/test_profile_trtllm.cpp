@@ -365,6 +365,11 @@ TEST(ProfileSchema, ErrorsNameTheJsonField) {
             "profile.backends[2].kernels.families[0].precompiled_page_sizes[0]");
   EXPECT_EQ(with([](auto& d) { d["backends"][1]["name"] = "cute_dsl"; }), "profile.backends[1].name");
   EXPECT_EQ(with([](auto& d) { d["scope"]["phases"] = {"decode"}; }), "profile.scope.phases[0]");
+  // Shape fields are counts: a negative bound or value is refused, not left to widen a range.
+  EXPECT_EQ(with([](auto& d) { d["backends"][0]["admission"][2]["require"]["heads"] = {{"min", -5}}; }),
+            "profile.backends[0].admission[2].require.heads.min");
+  EXPECT_EQ(with([](auto& d) { d["backends"][0]["admission"][2]["require"]["page_size"] = {64, -1}; }),
+            "profile.backends[0].admission[2].require.page_size[1]");
 
   try {
     parse_profile("{ not json", "broken.json");
