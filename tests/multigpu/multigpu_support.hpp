@@ -24,24 +24,37 @@ namespace helixmla::testing {
 float exchange_tag(std::int32_t source, std::int64_t token, std::int32_t head, std::int32_t k);
 
 // One rank's exchange buffers on its device: the attention output filled
-// with tags, send staging and receive buffers poisoned (0xff bytes).
+// with the tags of source rank + tag_offset, send staging and receive
+// buffers poisoned (0xff bytes).
 struct RankSide {
   DeviceBuffer partial, stats, send, send_stats, recv, recv_stats;
   cudaStream_t stream = nullptr;
 
-  RankSide(const dist::ExchangeShape& shape, std::int32_t rank, int device);
+  RankSide(const dist::ExchangeShape& shape, std::int32_t rank, int device, std::int32_t tag_offset = 0);
   ~RankSide();
   RankSide(const RankSide&) = delete;
   RankSide& operator=(const RankSide&) = delete;
 
   dist::RankBuffers buffers(std::int32_t rank) const;
   // Checks what `rank` received against the tags every source sent it.
-  void expect_received(const dist::ExchangeShape& shape, std::int32_t rank) const;
+  void expect_received(const dist::ExchangeShape& shape, std::int32_t rank, std::int32_t tag_offset = 0) const;
 };
+
+// Checks receive buffers of `rank` against the tags of every source + tag_offset.
+void expect_received_tags(const DeviceBuffer& recv, const DeviceBuffer& recv_stats, const dist::ExchangeShape& shape,
+                          std::int32_t rank, std::int32_t tag_offset);
 
 // One all-to-all of tagged partials between ranks 0 and 1 on GPUs 0 and 1
 // through `exchange`, every received chunk checked against its tags.
 void expect_exchange_delivers(dist::Exchange& exchange, const dist::ExchangeShape& shape);
+
+// Exchanges queued back to back on the same streams with no host wait in
+// between: A, a copy of the receive buffers behind it (a consumer), then B
+// twice in a row (an exchange right behind another). The copy must hold A's
+// tags and the receive buffers B's: no exchange writes into a slot before
+// the work queued ahead of it on its owner's stream has read it, and the
+// per-launch epochs stay in step.
+void expect_back_to_back_exchanges(dist::Exchange& exchange, const dist::ExchangeShape& shape);
 
 // The Kimi K3 TP2/CP4 local shape (48 heads, 64-token pages), one rank per
 // GPU, with requests whose KV leaves some ranks empty.

@@ -58,6 +58,13 @@ TEST(HelixNccl, ExchangeDeliversEveryChunk) {
   for (std::int32_t heads : {48, 7}) testing::expect_exchange_delivers(*exchange, {2, 3, heads, 512, DType::fp32});
 }
 
+TEST(HelixNccl, ExchangesBackToBackKeepTheirOrder) {
+  SKIP_WITHOUT_TWO_GPUS();
+  const std::vector<int> devices = {0, 1};
+  auto exchange = dist::make_nccl_exchange(devices, dist::NcclOptions::from_environment());
+  testing::expect_back_to_back_exchanges(*exchange, {2, 5, 48, 512, DType::fp32});
+}
+
 class HelixNcclStep : public ::testing::TestWithParam<HelixStepCase> {};
 
 TEST_P(HelixNcclStep, KimiLocalShapeMatchesTheReference) {

@@ -49,6 +49,13 @@ TEST(HelixPeer, ExchangeDeliversEveryChunkStepAfterStep) {
   }
 }
 
+TEST(HelixPeer, ExchangesBackToBackKeepTheirOrder) {
+  SKIP_WITHOUT_PEER_ACCESS();
+  const std::vector<int> devices = {0, 1};
+  auto exchange = dist::make_peer_exchange(devices, dist::PeerOptions::from_environment());
+  testing::expect_back_to_back_exchanges(*exchange, {2, 5, 48, 512, DType::fp32});
+}
+
 class HelixPeerStep : public ::testing::TestWithParam<HelixStepCase> {};
 
 TEST_P(HelixPeerStep, KimiLocalShapeMatchesTheReference) {
