@@ -6,12 +6,14 @@
 #include <algorithm>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+#include <nlohmann/json.hpp>
 
 #include "bench_suite.hpp"
+#include "comma_list.hpp"
 #include "commands.hpp"
 #include "helixmla/error.hpp"
 
@@ -132,7 +134,8 @@ void add_bench_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("bench", "Time a benchmark suite on the GPU (DESIGN §7) and check every case");
   cmd->add_option("--suite", flags->suite, "Suite CSV (case,heads,q_len,batch,kv_len,page_size,kv_dtype,note)")
       ->capture_default_str();
-  cmd->add_option("--cases", flags->cases, "Only these case ids, e.g. 1,4,8")->delimiter(',');
+  add_int_list(*cmd, "--cases", flags->cases, std::numeric_limits<int>::min(), std::numeric_limits<int>::max(),
+               "Only these case ids, e.g. 1,4,8");
   cmd->add_option("--backend", flags->backend, "Force a backend instead of the selector's choice");
   cmd->add_option("--iterations", flags->iterations, "Timed iterations per case (median reported)")
       ->capture_default_str()->check(CLI::Range(1, 100000));

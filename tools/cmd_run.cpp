@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <chrono>
 #include <iostream>
+#include <limits>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+#include <nlohmann/json.hpp>
 
+#include "comma_list.hpp"
 #include "commands.hpp"
 #include "compare.hpp"
 #include "helix_run.hpp"
@@ -150,8 +152,8 @@ void add_run_command(CLI::App& app) {
   add_problem_flags(*cmd, flags->problem);
   cmd->add_option("--cp", flags->cp, "Helix context-parallel ranks (>1 splits the KV over ranks)")
       ->capture_default_str()->check(CLI::Range(1, 64));
-  cmd->add_option("--devices", flags->devices, "One GPU per Helix rank, e.g. 0,1 (see --exchange; default: every rank in process on one GPU)")
-      ->delimiter(',');
+  add_int_list(*cmd, "--devices", flags->devices, 0, std::numeric_limits<int>::max(),
+               "One GPU per Helix rank, e.g. 0,1 (see --exchange; default: every rank in process on one GPU)");
   cmd->add_option("--repeat", flags->repeat, "Timed repetitions (the median is reported)")
       ->capture_default_str()->check(CLI::Range(1, 100000));
   cmd->add_flag("--json", flags->json, "Print one JSON object instead of the table");

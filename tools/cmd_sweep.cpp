@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "comma_list.hpp"
 #include "commands.hpp"
 #include "core/sweep.hpp"
 #include "decision_json.hpp"
@@ -194,11 +195,10 @@ void add_sweep_command(CLI::App& app) {
   cmd->add_option("--profile", flags->profile,
                   "Sweep a profile's described backends (a name such as trtllm, or a .json path); its scope sets "
                   "the default architectures and phases");
-  cmd->add_option("--arch", flags->archs, "Architectures to sweep, comma-separated; default: all (or the profile's)")
-      ->delimiter(',')
-      ->check([](const std::string& value) {
-        return parse_arch(value) ? std::string() : "unknown architecture " + value;
-      });
+  add_name_list(
+      *cmd, "--arch", flags->archs,
+      [](const std::string& value) { return parse_arch(value) ? std::string() : "unknown architecture"; },
+      "Architectures to sweep, comma-separated; default: all (or the profile's)");
   cmd->add_option("--out", flags->out, "Directory for one SVG per architecture")->capture_default_str();
   cmd->add_flag("--json", flags->json, "Print the result as JSON");
   cmd->add_flag("--execute", flags->execute,

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "bench_suite.hpp"
+#include "comma_list.hpp"
 #include "commands.hpp"
 #include "helixmla/perf_table.hpp"
 #include "helixmla/planner.hpp"
@@ -105,17 +106,17 @@ void add_tune_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("tune", "Measure the capable backends and write the selector's performance table");
   cmd->add_option("--suite", flags->suite, "Suite CSV measured in addition to the grid")->capture_default_str();
   cmd->add_option("--out", flags->out, "Table to write (default: data/perf/<arch>.json in the source tree)");
-  cmd->add_option("--heads", flags->heads, "Grid: head counts")->delimiter(',')->capture_default_str()
-      ->check(CLI::Range(1, 128));
   // The same ranges as `run`'s flags.
-  cmd->add_option("--q-lens", flags->q_lens, "Grid: q_len values")->delimiter(',')->capture_default_str()
-      ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--page-sizes", flags->page_sizes, "Grid: page sizes")->delimiter(',')->capture_default_str()
-      ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--batches", flags->batches, "Grid: batch sizes")->delimiter(',')->capture_default_str()
-      ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--kv-dtypes", flags->kv_dtypes, "Grid: KV dtypes")->delimiter(',')->capture_default_str()
-      ->check(CLI::IsMember({"bf16", "fp16", "fp8"}));
+  add_int_list(*cmd, "--heads", flags->heads, 1, 128, "Grid: head counts");
+  add_int_list(*cmd, "--q-lens", flags->q_lens, 1, 1 << 20, "Grid: q_len values");
+  add_int_list(*cmd, "--page-sizes", flags->page_sizes, 1, 1 << 20, "Grid: page sizes");
+  add_int_list(*cmd, "--batches", flags->batches, 1, 1 << 20, "Grid: batch sizes");
+  add_name_list(
+      *cmd, "--kv-dtypes", flags->kv_dtypes,
+      [](const std::string& name) {
+        return name == "bf16" || name == "fp16" || name == "fp8" ? std::string() : "expected bf16, fp16 or fp8";
+      },
+      "Grid: KV dtypes");
   cmd->add_option("--kv-len", flags->kv_len, "Grid: cached tokens per request")->capture_default_str()
       ->check(CLI::Range(1, 1 << 24));
   cmd->add_option("--iterations", flags->iterations, "Timed iterations per measurement")->capture_default_str()

@@ -8,16 +8,16 @@
 #include <string>
 #include <vector>
 
+#include "comma_list.hpp"
 #include "helixmla/planner.hpp"
 
 namespace helixmla::tools {
 
 namespace {
 
-// CLI11 reads "-1" into an unsigned seed as 2^64 - 1, saturates a seed past
-// 2^64, and drops the empty items of a comma list ("100,,200" would be two
-// lengths): each would run a batch other than the one asked for, silently.
-// These flags therefore read their own text.
+// CLI11 reads "-1" into an unsigned seed as 2^64 - 1 and saturates a seed
+// past 2^64: either would run a batch other than the one asked for,
+// silently, so the seed reads its own text (as comma lists do, comma_list.hpp).
 std::uint64_t parse_seed(const std::string& text) {
   std::uint64_t seed = 0;
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), seed);
@@ -25,30 +25,6 @@ std::uint64_t parse_seed(const std::string& text) {
     throw CLI::ValidationError("--seed", "'" + text + "' is not an integer in [0, 18446744073709551615]");
   }
   return seed;
-}
-
-std::vector<std::int32_t> parse_kv_lens(const std::vector<std::string>& texts) {
-  constexpr std::int64_t kMax = std::int64_t{1} << 30;
-  std::vector<std::int32_t> lens;
-  for (const std::string& text : texts) {
-    std::size_t begin = 0;
-    while (true) {
-      const std::size_t comma = std::min(text.find(',', begin), text.size());
-      const std::string item = text.substr(begin, comma - begin);
-      const std::string at = fmt::format("entry {} ('{}') of '{}'", lens.size(), item, text);
-      std::int64_t value = 0;
-      const auto [end, error] = std::from_chars(item.data(), item.data() + item.size(), value);
-      if (item.empty()) throw CLI::ValidationError("--kv-len", fmt::format("entry {} of '{}' is empty", lens.size(), text));
-      if (error != std::errc() || end != item.data() + item.size()) {
-        throw CLI::ValidationError("--kv-len", at + " is not an integer");
-      }
-      if (value < 1 || value > kMax) throw CLI::ValidationError("--kv-len", at + fmt::format(" is outside [1, {}]", kMax));
-      lens.push_back(static_cast<std::int32_t>(value));
-      if (comma == text.size()) break;
-      begin = comma + 1;
-    }
-  }
-  return lens;
 }
 
 }  // namespace
@@ -60,10 +36,8 @@ void add_problem_flags(CLI::App& app, ProblemFlags& flags) {
       ->capture_default_str()->check(CLI::Range(1, 1 << 20));
   app.add_option("--batch", flags.batch, "Generation requests")
       ->capture_default_str()->check(CLI::Range(0, 1 << 20));
-  app.add_option_function<std::vector<std::string>>(
-         "--kv-len", [&flags](const std::vector<std::string>& texts) { flags.kv_len = parse_kv_lens(texts); },
-         "Cached tokens per generation, new tokens included: one value, or a comma list cycled over the requests")
-      ->type_name("INT[,INT...] in [1 - 1073741824]")->default_str("2048");
+  add_int_list(app, "--kv-len", flags.kv_len, 1, 1 << 30,
+               "Cached tokens per generation, new tokens included: one value, or a comma list cycled over the requests");
   app.add_option("--page-size", flags.page_size, "Tokens per KV-cache page (any integer >= 1)")
       ->capture_default_str()->check(CLI::Range(1, 1 << 20));
   app.add_option("--kv-dtype", flags.kv_dtype, "KV-cache element type")

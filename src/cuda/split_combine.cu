@@ -93,10 +93,10 @@ __global__ void __launch_bounds__(32 * LANES) split_combine_kernel(SplitCombineA
   const bool empty = !(total.l > 0.0f);
   const float inv_sum = empty ? 0.0f : 1.0f / total.l;
   // A split's weight in the output; 0 for splits that saw nothing, whose
-  // partials may be unwritten (any bits, NaN included) and are loaded but
-  // never used: the loads carry no branch, so a warp has a whole unrolled
-  // group of them in flight instead of one stats-then-partial round trip
-  // per split.
+  // partials may be unwritten (any bits, NaN included) and never reach the
+  // output. In the float4 path below they are loaded all the same: the
+  // loads carry no branch, so a warp has a whole unrolled group of them in
+  // flight instead of one stats-then-partial round trip per split.
   auto weight = [&](float2 ml) { return contributes(ml.x, ml.y) ? ml.y * __expf(ml.x - m_max) * inv_sum : 0.0f; };
 
   const std::int64_t out_row = seg.first_out_row + i;

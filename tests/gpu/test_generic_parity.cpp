@@ -296,10 +296,11 @@ TEST(GenericSplitCombine, MergesSplitsAndIgnoresEmptyOnes) {
   constexpr std::int32_t kRank = 512;
   // Segment 0: 2 rows x 3 splits, split 1 of row 0 empty (its partial is
   // NaN and must not reach the output). Segment 1: 1 row x 2 splits, all
-  // empty. Segment 2: 1 row x 300 splits (a long request split across the
-  // GPU: more splits than threads in a block), every seventh empty.
-  const std::vector<cuda::SplitSegment> segments = {{0, 0, 3, 2, 3}, {2, 6, 0, 1, 2}, {3, 8, 5, 1, 300}};
-  const std::int64_t entries = 308;
+  // empty. Segment 2: 1 row x 600 splits (a long request split across the
+  // GPU: more splits than threads in either kernel shape, 32 or 512), every
+  // seventh empty.
+  const std::vector<cuda::SplitSegment> segments = {{0, 0, 3, 2, 3}, {2, 6, 0, 1, 2}, {3, 8, 5, 1, 600}};
+  const std::int64_t entries = 608;
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   std::vector<float> partial(entries * kRank), stats(entries * 2);

@@ -132,8 +132,21 @@ TEST_F(Cli, SeedsAndLengthListsAreReadExactly) {
   EXPECT_TRUE(o.code == 2 && has(o.output, "entry 1 ('2x0') of '100,2x0' is not an integer")) << o.output;
   o = helixmla("explain --heads 16 --batch 3 --kv-len 100,0");
   EXPECT_TRUE(o.code == 2 && has(o.output, "entry 1 ('0') of '100,0' is outside [1, 1073741824]")) << o.output;
+  o = helixmla("explain --heads 16 --batch 3 --kv-len 100 --kv-len 200,,5");
+  EXPECT_TRUE(o.code == 2 && has(o.output, "entry 1 of '200,,5' is empty")) << "indices count within a text: " << o.output;
   o = helixmla("explain --heads 16 --batch 3 --kv-len 100,300,200 --json");
   EXPECT_EQ(o.code, 0) << o.output;
+  // Every comma list of the program reads the same way.
+  o = helixmla("tune --heads 16,,32");
+  EXPECT_TRUE(o.code == 2 && has(o.output, "--heads: entry 1 of '16,,32' is empty")) << o.output;
+  o = helixmla("tune --kv-dtypes bf16,int4");
+  EXPECT_TRUE(o.code == 2 && has(o.output, "entry 1 ('int4') of 'bf16,int4'")) << o.output;
+  o = helixmla("sweep --arch sm90,");
+  EXPECT_TRUE(o.code == 2 && has(o.output, "--arch: entry 1 of 'sm90,' is empty")) << o.output;
+  o = helixmla("bench --cases 1,,2");
+  EXPECT_TRUE(o.code == 2 && has(o.output, "--cases: entry 1 of '1,,2' is empty")) << o.output;
+  o = helixmla("run --cp 2 --devices 0,-1");
+  EXPECT_TRUE(o.code == 2 && has(o.output, "--devices: entry 1 ('-1') of '0,-1' is outside")) << o.output;
 }
 
 // `sweep --profile` skips phases outside the profile's scope; `explain` shows

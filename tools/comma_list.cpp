@@ -1,0 +1,80 @@
+#include "comma_list.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <charconv>
+#include <utility>
+
+namespace helixmla::tools {
+
+namespace {
+
+std::string item_at(const std::string& flag_text, std::size_t index, const std::string& item) {
+  return fmt::format("entry {} ('{}') of '{}'", index, item, flag_text);
+}
+
+// Runs `read` on every item of every text given to the option; the result
+// replaces the default only once the whole option has been read.
+template <typename T, typename Read>
+CLI::Option* add_list(CLI::App& app, const std::string& name, std::vector<T>& values, const std::string& description,
+                      Read read) {
+  CLI::Option* option = app.add_option_function<std::vector<std::string>>(
+      name,
+      [&values, name, read](const std::vector<std::string>& texts) {
+        std::vector<T> parsed;
+        for (const std::string& text : texts) {
+          const std::vector<std::string> items = split_commas(text);
+          for (std::size_t i = 0; i < items.size(); ++i) {
+            if (items[i].empty()) throw CLI::ValidationError(name, fmt::format("entry {} of '{}' is empty", i, text));
+            parsed.push_back(read(text, i, items[i]));
+          }
+        }
+        values = std::move(parsed);
+      },
+      description);
+  if (!values.empty()) option->default_str(fmt::format("{}", fmt::join(values, ",")));
+  return option;
+}
+
+}  // namespace
+
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> items;
+  std::size_t begin = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', begin);
+    items.push_back(text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin));
+    if (comma == std::string::npos) return items;
+    begin = comma + 1;
+  }
+}
+
+CLI::Option* add_int_list(CLI::App& app, const std::string& name, std::vector<int>& values, std::int64_t min,
+                          std::int64_t max, const std::string& description) {
+  auto read = [name, min, max](const std::string& text, std::size_t index, const std::string& item) {
+    std::int64_t value = 0;
+    const auto [end, error] = std::from_chars(item.data(), item.data() + item.size(), value);
+    if (end != item.data() + item.size() || (error != std::errc() && error != std::errc::result_out_of_range)) {
+      throw CLI::ValidationError(name, item_at(text, index, item) + " is not an integer");
+    }
+    if (error == std::errc::result_out_of_range || value < min || value > max) {
+      throw CLI::ValidationError(name, item_at(text, index, item) + fmt::format(" is outside [{}, {}]", min, max));
+    }
+    return static_cast<int>(value);
+  };
+  return add_list(app, name, values, description, read)->type_name(fmt::format("INT[,INT...] in [{} - {}]", min, max));
+}
+
+CLI::Option* add_name_list(CLI::App& app, const std::string& name, std::vector<std::string>& values,
+                           std::function<std::string(const std::string&)> check, const std::string& description) {
+  auto read = [name, check](const std::string& text, std::size_t index, const std::string& item) {
+    if (const std::string why = check(item); !why.empty()) {
+      throw CLI::ValidationError(name, item_at(text, index, item) + ": " + why);
+    }
+    return item;
+  };
+  return add_list(app, name, values, description, read)->type_name("TEXT[,TEXT...]");
+}
+
+}  // namespace helixmla::tools
