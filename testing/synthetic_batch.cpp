@@ -18,6 +18,12 @@ DType default_q_dtype(DType kv_dtype) {
 
 float default_kv_scale(DType kv_dtype) { return kv_dtype == DType::fp8_e4m3 ? 1.0f / 64.0f : 1.0f; }
 
+void BatchSpec::use_kv_dtype(DType kv) {
+  kv_dtype = kv;
+  q_dtype = default_q_dtype(kv);
+  kv_scale = default_kv_scale(kv);
+}
+
 namespace {
 
 void fill_random(std::vector<std::byte>& buffer, DType dtype, std::int64_t count, float amplitude,

@@ -27,6 +27,9 @@ struct BatchSpec {
   std::int32_t spare_pages = 3;                // pool pages no request uses
   std::uint64_t seed = 1;
   bool allocate_tensors = true;                // false: metadata only, tensor pointers null
+
+  // KV of `kv` with Q in its default dtype and its default scale (below).
+  void use_kv_dtype(DType kv);
 };
 
 // Default Q dtype for a KV dtype: bf16 unless the cache is fp16.

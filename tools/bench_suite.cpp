@@ -88,9 +88,7 @@ testing::BatchSpec batch_spec_of(const BenchCase& c, std::uint64_t seed) {
   spec.q_len = c.q_len;
   spec.kv_len = c.kv_len;
   spec.page_size = c.page_size;
-  spec.kv_dtype = c.kv_dtype;
-  spec.q_dtype = testing::default_q_dtype(c.kv_dtype);
-  spec.kv_scale = testing::default_kv_scale(c.kv_dtype);
+  spec.use_kv_dtype(c.kv_dtype);
   spec.seed = seed;
   spec.spare_pages = 0;
   return spec;

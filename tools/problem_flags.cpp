@@ -106,9 +106,7 @@ testing::BatchSpec to_batch_spec(const ProblemFlags& flags, bool allocate_tensor
   spec.contexts = flags.contexts;
   spec.context_len = flags.context_len;
   spec.page_size = flags.page_size;
-  spec.kv_dtype = *parse_dtype(flags.kv_dtype);
-  spec.q_dtype = testing::default_q_dtype(spec.kv_dtype);
-  spec.kv_scale = testing::default_kv_scale(spec.kv_dtype);
+  spec.use_kv_dtype(*parse_dtype(flags.kv_dtype));
   spec.stats = flags.stats;
   spec.seed = flags.seed;
   spec.allocate_tensors = allocate_tensors;

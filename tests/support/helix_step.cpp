@@ -36,9 +36,7 @@ BatchSpec batch_spec_of(const HelixStepCase& c, std::uint64_t seed) {
   spec.contexts = c.contexts;
   spec.context_len = c.context_len;
   spec.page_size = c.page_size;
-  spec.kv_dtype = c.kv_dtype;
-  spec.q_dtype = default_q_dtype(c.kv_dtype);
-  spec.kv_scale = default_kv_scale(c.kv_dtype);
+  spec.use_kv_dtype(c.kv_dtype);
   spec.seed = seed;
   return spec;
 }
