@@ -35,6 +35,13 @@ Outcome helixmla(const std::string& args) {
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
+// `args` is a bad flag value: exit status 2 and a message containing `message`.
+void expect_refused(const std::string& args, const std::string& message) {
+  const Outcome o = helixmla(args);
+  EXPECT_EQ(o.code, 2) << args << ": " << o.output;
+  EXPECT_TRUE(has(o.output, message)) << args << ": " << o.output;
+}
+
 class Cli : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -52,31 +59,21 @@ TEST_F(Cli, ExplainWithTheCpuBackendDescribesHostTensors) {
 }
 
 TEST_F(Cli, AnUnknownBackendIsABadFlagValue) {
-  Outcome o = helixmla("explain --backend bogus --heads 16 --kv-len 256");
-  EXPECT_EQ(o.code, 2) << o.output;
-  EXPECT_TRUE(has(o.output, "unknown backend bogus; this build has cpu")) << o.output;
+  expect_refused("explain --backend bogus --heads 16 --kv-len 256", "unknown backend bogus; this build has cpu");
 
   // A profile's backends are the known names there; the built-in ones are not.
-  o = helixmla("explain --profile trtllm --arch sm100 --backend cpu --heads 16 --kv-len 256");
-  EXPECT_EQ(o.code, 2) << o.output;
-  EXPECT_TRUE(has(o.output, "unknown backend cpu; profile trtllm has cute_dsl, flashinfer_trtllm_gen, fallback"))
-      << o.output;
+  expect_refused("explain --profile trtllm --arch sm100 --backend cpu --heads 16 --kv-len 256",
+                 "unknown backend cpu; profile trtllm has cute_dsl, flashinfer_trtllm_gen, fallback");
 
-  o = helixmla("run --backend bogus --heads 16 --kv-len 256");
-  EXPECT_EQ(o.code, 2) << o.output;
-  EXPECT_TRUE(has(o.output, "unknown backend bogus")) << o.output;
+  expect_refused("run --backend bogus --heads 16 --kv-len 256", "unknown backend bogus");
 }
 
 // The peer exchange needs one GPU per rank: asked for without --devices it
 // is a bad flag value on any machine, not a failure later.
 TEST_F(Cli, PeerExchangeWithoutDevicesIsABadFlagValue) {
-  Outcome o = helixmla("run --cp 2 --exchange peer --heads 16 --kv-len 64 --batch 1");
-  EXPECT_EQ(o.code, 2) << o.output;
-  EXPECT_TRUE(has(o.output, "--exchange: peer needs one GPU per rank")) << o.output;
-
-  o = helixmla("run --cp 2 --exchange carrier-pigeon --heads 16 --kv-len 64 --batch 1");
-  EXPECT_EQ(o.code, 2) << o.output;
-  EXPECT_TRUE(has(o.output, "--exchange")) << o.output;
+  expect_refused("run --cp 2 --exchange peer --heads 16 --kv-len 64 --batch 1",
+                 "--exchange: peer needs one GPU per rank");
+  expect_refused("run --cp 2 --exchange carrier-pigeon --heads 16 --kv-len 64 --batch 1", "--exchange");
 }
 
 // Flags that would fail only after minutes of work, or deep inside it, are
@@ -91,38 +88,29 @@ TEST_F(Cli, SweepAndTuneCheckTheirFlagsBeforeWorking) {
   EXPECT_FALSE(has(o.output, "sweep:")) << "rejected before sweeping: " << o.output;
 
   for (const char* bad : {"--max-seconds 0", "--max-seconds nan", "--max-seconds -3"}) {
-    o = helixmla(std::string("sweep --execute ") + bad);
-    EXPECT_EQ(o.code, 2) << bad << ": " << o.output;
-    EXPECT_TRUE(has(o.output, "--max-seconds")) << o.output;
+    expect_refused(std::string("sweep --execute ") + bad, "--max-seconds");
   }
   for (const char* bad : {"--heads 0,1000", "--batches -1", "--page-sizes 0", "--q-lens 0"}) {
-    o = helixmla(std::string("tune ") + bad);
-    EXPECT_EQ(o.code, 2) << bad << ": " << o.output;
+    expect_refused(std::string("tune ") + bad, std::string(bad).substr(0, std::string(bad).find(' ')));
   }
 }
 
 // A batch that would not fit in host memory is a flag error naming the
 // sizes, not a bad_alloc or the OOM killer after minutes.
 TEST_F(Cli, BatchesBeyondHostMemoryAreBadFlagValues) {
-  Outcome o = helixmla("explain --heads 128 --batch 100000 --kv-len 1000000");
-  EXPECT_EQ(o.code, 2) << o.output;
-  EXPECT_TRUE(has(o.output, "(11.6 GiB of page table)")) << o.output;
-  o = helixmla("run --heads 128 --batch 4096 --kv-len 1000000");
-  EXPECT_EQ(o.code, 2) << o.output;
-  EXPECT_TRUE(has(o.output, "needs 4398.1 GiB")) << "the KV pool dominates: " << o.output;
-  o = helixmla("run --heads 128 --batch 16 --q-len 16 --kv-len 16 --contexts 4 --context-len 1048576");
-  EXPECT_EQ(o.code, 2) << "contexts' queries and outputs count too: " << o.output;
+  expect_refused("explain --heads 128 --batch 100000 --kv-len 1000000", "(11.6 GiB of page table)");
+  // The KV pool dominates here; below, the contexts' queries and outputs count too.
+  expect_refused("run --heads 128 --batch 4096 --kv-len 1000000", "needs 4398.1 GiB");
+  expect_refused("run --heads 128 --batch 16 --q-len 16 --kv-len 16 --contexts 4 --context-len 1048576",
+                 "host memory");
 }
 
 // Values a CLI parser would quietly change (a wrapped or saturated seed, a
 // dropped empty list item) are flag errors naming the flag and the entry.
 TEST_F(Cli, SeedsAndCommaListsAreReadExactly) {
-  Outcome o = helixmla("explain --heads 16 --batch 2 --seed -1");
-  EXPECT_EQ(o.code, 2) << o.output;
-  EXPECT_TRUE(has(o.output, "--seed") && has(o.output, "'-1'")) << o.output;
-  o = helixmla("explain --heads 16 --batch 2 --seed 18446744073709551616");
-  EXPECT_EQ(o.code, 2) << "one past 2^64 - 1: " << o.output;
-  o = helixmla("explain --heads 16 --batch 2 --seed 18446744073709551615 --json");
+  expect_refused("explain --heads 16 --batch 2 --seed -1", "--seed: '-1' is not an integer");
+  expect_refused("explain --heads 16 --batch 2 --seed 18446744073709551616", "--seed");  // one past 2^64 - 1
+  Outcome o = helixmla("explain --heads 16 --batch 2 --seed 18446744073709551615 --json");
   EXPECT_EQ(o.code, 0) << o.output;
   // Every comma list of the program reads the same way.
   const std::pair<const char*, const char*> refused[] = {
@@ -137,10 +125,7 @@ TEST_F(Cli, SeedsAndCommaListsAreReadExactly) {
       {"bench --cases 1,,2", "--cases: entry 1 of '1,,2' is empty"},
       {"run --cp 2 --devices 0,-1", "--devices: entry 1 ('-1') of '0,-1' is outside"},
   };
-  for (const auto& [args, message] : refused) {
-    o = helixmla(args);
-    EXPECT_TRUE(o.code == 2 && has(o.output, message)) << args << ": " << o.output;
-  }
+  for (const auto& [args, message] : refused) expect_refused(args, message);
   o = helixmla("explain --heads 16 --batch 3 --kv-len 100,300,200 --json");
   EXPECT_EQ(o.code, 0) << o.output;
 }
@@ -180,29 +165,22 @@ TEST_F(Cli, RunChecksTheStatsItWasAskedFor) {
 }
 
 TEST_F(Cli, BenchRejectsCasesTheSuiteLacksAndRepeatedIds) {
-  Outcome o = helixmla("bench --cases 1,99");
-  EXPECT_EQ(o.code, 2) << o.output;
-  EXPECT_TRUE(has(o.output, "case 99 is not in the suite")) << o.output;
+  expect_refused("bench --cases 1,99", "case 99 is not in the suite");
 
   const std::filesystem::path suite = std::filesystem::temp_directory_path() / "helixmla-duplicate-ids.csv";
   std::ofstream(suite) << "case,heads,q_len,batch,kv_len,page_size,kv_dtype,note\n"
                        << "3,16,1,2,256,64,bf16,first\n"
                        << "4,16,1,2,256,64,bf16,other\n"
                        << "3,32,1,2,256,64,bf16,again\n";
-  o = helixmla("bench --suite " + suite.string());
-  std::filesystem::remove(suite);
-  EXPECT_EQ(o.code, 2) << o.output;
-  EXPECT_TRUE(has(o.output, "line 4 case = 3: duplicate case id; first on line 2")) << o.output;
+  expect_refused("bench --suite " + suite.string(), "line 4 case = 3: duplicate case id; first on line 2");
 
   // CRLF line ends read like LF ones; a bad cell names the file, line and column.
   std::ofstream(suite) << "case,heads,q_len,batch,kv_len,page_size,kv_dtype,note\r\n"
                        << "3,16,1,2,256,64,bf16\r\n"
                        << "4,16,1,2000000,256,64,bf16\r\n";
-  o = helixmla("bench --suite " + suite.string());
+  expect_refused("bench --suite " + suite.string(),
+                 suite.string() + " line 3 batch = 2000000: expected an integer from 1 to 1048576");
   std::filesystem::remove(suite);
-  EXPECT_EQ(o.code, 2) << o.output;
-  EXPECT_TRUE(has(o.output, suite.string() + " line 3 batch = 2000000: expected an integer from 1 to 1048576"))
-      << o.output;
 }
 
 }  // namespace
