@@ -118,7 +118,7 @@ if step ncu; then
   # 64-row wgmma case (HELIXMLA_NCU_CASES, default case 4) and the attention
   # plus split combine of the 2 x 1M-token Helix baseline (how evenly the
   # blocks finish). Clocks are locked to base by ncu: compare ratios only.
-  metrics=gpu__time_duration.sum,sm__cycles_active.min,sm__cycles_active.avg,sm__cycles_active.max,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,smsp__inst_executed.avg.per_cycle_active
+  metrics=gpu__time_duration.sum,sm__cycles_active.min,sm__cycles_active.avg,sm__cycles_active.max,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,smsp__inst_executed.avg.per_cycle_active
   for c in ${HELIXMLA_NCU_CASES:-4}; do
     timeout "$(within 150)" ncu --kernel-name regex:mla_decode --launch-skip 2 --launch-count 1 \
       --section SpeedOfLight --section SourceCounters -o "$out/ncu-case$c" -f \
@@ -138,7 +138,7 @@ if step ncu; then
     [ -f "$f" ] || continue
     echo "== $f"
     # Kernel names, the metrics above, and the stall reasons worth > 0.05 cycles per issue.
-    grep -E '^  [a-z_]+.*\(|gpu__time|sm__cycles_active|gmma|mem_shared|dram__thr|inst_executed|Duration|Throughput' "$f" | cut -c1-150 | head -40
+    grep -E '^  [a-z_]+.*\(|gpu__time|sm__cycles_active|mem_shared|dram__thr|inst_executed|Duration|Throughput' "$f" | cut -c1-150 | head -40
     awk '/issue_stalled/ && $NF + 0 > 0.05 {sub(/smsp__average_warps_issue_stalled_/, ""); print "   stall", $1, $NF}' "$f" | head -20
   done
 fi

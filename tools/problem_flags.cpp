@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <charconv>
 #include <cstdint>
 #include <string>
@@ -21,7 +20,7 @@ namespace {
 std::uint64_t parse_seed(const std::string& text) {
   std::uint64_t seed = 0;
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), seed);
-  if (error != std::errc() || end != text.data() + text.size() || text.empty()) {
+  if (error != std::errc() || end != text.data() + text.size()) {
     throw CLI::ValidationError("--seed", "'" + text + "' is not an integer in [0, 18446744073709551615]");
   }
   return seed;
