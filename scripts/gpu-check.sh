@@ -3,7 +3,7 @@
 # skipped (and said so) once the time budget is spent. Logs go to
 # /tmp/helixmla-gpu-check and, packed as one archive, to $OUT when set (the
 # device tool brings back only a few files); a short summary is printed last.
-#   scripts/gpu-check.sh [run] [tests] [multigpu] [helix] [bench] [tune] [sanitize] [ncu] [execute]
+#   scripts/gpu-check.sh [run] [tests] [multigpu] [helix] [bench] [variants] [tune] [sanitize] [ncu] [execute]
 #   (default: tests sanitize bench; HELIXMLA_CHECK_BUDGET seconds, default 540)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -92,6 +92,25 @@ if step bench; then
   summary+=("bench exit $? [$(elapsed) s]")
   [ -n "${OUT:-}" ] && cp "$out/bench.json" "$out/bench.svg" "$OUT/"
 fi
+if step variants; then
+  # A/B of compile-time kernel choices: the binary rebuilt once per entry of
+  # HELIXMLA_VARIANT_FLAGS (';'-separated CUDA flags, e.g.
+  # "-DHELIXMLA_TC_Q_REG_STEPS=0;-DHELIXMLA_TC_Q_REG_STEPS=8"), each timed
+  # on HELIXMLA_VARIANT_CASES in the same session as the default build.
+  IFS=';' read -r -a variant_flags <<<"${HELIXMLA_VARIANT_FLAGS:-}"
+  cases=${HELIXMLA_VARIANT_CASES:-1,3,4,10,13}
+  for i in "${!variant_flags[@]}"; do
+    [ "$(elapsed)" -ge "$budget" ] && { summary+=("variant ${variant_flags[$i]}: skipped, time budget spent"); continue; }
+    vb="$build-variant$i"
+    cmake -S . -B "$vb" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="80-virtual;90-real" \
+      -DHELIXMLA_BUILD_BENCH=OFF -DHELIXMLA_BUILD_TESTS=OFF -DCMAKE_CUDA_FLAGS="${variant_flags[$i]}" >"$out/variant$i.log" 2>&1 &&
+      ninja -C "$vb" -j "$(nproc)" helixmla >>"$out/variant$i.log" 2>&1 &&
+      timeout "$(within 120)" "$vb/helixmla" bench --cases "$cases" >"$out/variant$i.txt" 2>&1
+    summary+=("variant $i (${variant_flags[$i]}): exit $? [$(elapsed) s]")
+  done
+  timeout "$(within 120)" "$build/helixmla" bench --cases "$cases" >"$out/variant-default.txt" 2>&1
+  summary+=("variant default: exit $? [$(elapsed) s]")
+fi
 if step tune; then
   "$build/helixmla" tune --out "$out/perf-sm90.json" --heads 16,48,64,128 --page-sizes 32,64 --batches 1,64 \
     --iterations 15 >"$out/tune.txt" 2>&1
@@ -154,4 +173,5 @@ echo
 echo "==== helixmla gpu-check summary ===="
 printf '%s\n' "${summary[@]}"
 [ -f "$out/bench.txt" ] && cat "$out/bench.txt"
+for f in "$out"/variant*.txt; do [ -f "$f" ] && { echo "== $f"; cat "$f"; }; done
 exit 0

@@ -48,6 +48,10 @@
 
 namespace helixmla_tc {
 
+#ifndef HELIXMLA_TC_Q_REG_STEPS
+#define HELIXMLA_TC_Q_REG_STEPS 18
+#endif
+
 // Element kinds of the matrix inputs: Q (and out) type, and KV storage.
 enum ElemKind { kElemBf16 = 0, kElemFp16 = 1 };
 enum KvKind { kKvSameAsQ = 0, kKvFp8 = 1 };
@@ -114,6 +118,11 @@ struct Config {
   // has one barrier per tile, so a fast thread's next swap must not
   // overwrite what a slow thread of the other warpgroup has yet to read).
   static constexpr int kSwapBytes = kThreads * 16 * 4;
+  // wgmma: the first k16 steps of each warpgroup's S take Q from registers
+  // (4 per step per thread): an m64n32k16 with both operands in shared
+  // memory reads 3 KB per 16 tensor-core cycles, more than the 128 bytes a
+  // cycle shared memory delivers; from registers it reads 1 KB.
+  static constexpr int kQRegSteps = kWgmma ? HELIXMLA_TC_Q_REG_STEPS : 0;
   static constexpr int kSBytes = kWgmma ? (KV == kKvFp8 ? 1 : 2) * kSwapBytes : kWarpsK * M * kSStride * 4;
   static constexpr int kPBytes = M * kTileTokens * 2;
   // fp8: once a stage is widened its bytes are dead until the tile after
@@ -282,6 +291,33 @@ __device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], u64 desc_a, u
 #undef HMLA_TC_OUT
 #undef HMLA_TC_ACC
 #undef HMLA_TC_WGMMA_M64N32K16_SS
+}
+
+// The same with A (a 64 x 16 slice of Q) from registers, for the k16 steps
+// whose Q fragments a warpgroup keeps: they read only B from shared memory.
+template <int ELEM, bool ACCUMULATE>
+__device__ __forceinline__ void wgmma_m64n32k16_rs(float (&d)[16], const u32 (&a)[4], u64 desc_b) {
+#define HMLA_TC_WGMMA_M64N32K16_RS(TYPES, D, SCALE_D)                                                   \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE_D ", 0;\n"                                     \
+               "wgmma.mma_async.sync.aligned.m64n32k16.f32." TYPES " "                                    \
+               "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, p, 1, 1, 0;\n}\n" \
+               : D(d[0]), D(d[1]), D(d[2]), D(d[3]), D(d[4]), D(d[5]), D(d[6]), D(d[7]), D(d[8]),        \
+                 D(d[9]), D(d[10]), D(d[11]), D(d[12]), D(d[13]), D(d[14]), D(d[15])                      \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b))
+#define HMLA_TC_ACC(x) "+f"(x)
+#define HMLA_TC_OUT(x) "=f"(x)
+  if constexpr (ELEM == kElemBf16 && ACCUMULATE) {
+    HMLA_TC_WGMMA_M64N32K16_RS("bf16.bf16", HMLA_TC_ACC, "1");
+  } else if constexpr (ELEM == kElemBf16) {
+    HMLA_TC_WGMMA_M64N32K16_RS("bf16.bf16", HMLA_TC_OUT, "0");
+  } else if constexpr (ACCUMULATE) {
+    HMLA_TC_WGMMA_M64N32K16_RS("f16.f16", HMLA_TC_ACC, "1");
+  } else {
+    HMLA_TC_WGMMA_M64N32K16_RS("f16.f16", HMLA_TC_OUT, "0");
+  }
+#undef HMLA_TC_OUT
+#undef HMLA_TC_ACC
+#undef HMLA_TC_WGMMA_M64N32K16_RS
 }
 
 // The 128 accumulator registers of an m64n256 wgmma: operand list and
@@ -461,6 +497,16 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   float s_next[16];   // overlap: S of the next tile, in flight during this tile's softmax
   u32 pa[T / 16][4];  // P as wgmma A fragments, read by P V while it is in flight
   // S partial sum over this warpgroup's half of the reduction into `d`, issued, not awaited.
+  // Q fragments of this warpgroup's first kQRegSteps k16 steps (wgmma A
+  // layout: warp wg_warp holds rows 16 wg_warp .. +16), loaded once Q landed.
+  u32 q_frag[C::kQRegSteps > 0 ? C::kQRegSteps : 1][4];
+  auto load_q_fragments = [&]() {
+    const int r = wg_warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+#pragma unroll
+    for (int i = 0; i < C::kQRegSteps; ++i) {
+      ldmatrix_x4(q_frag[i], q_s + swizzled(M, r, 2 * (2 * i + wg) + (lane >> 4)));
+    }
+  };
   auto issue_s = [&](const unsigned char* kv, float(&d)[16]) {
     if constexpr (C::kWgmma) {  // wgmma exists on sm_90a only
       const u64 k_desc = smem_desc(kv + wg * 32, 16, 1024);
@@ -473,7 +519,13 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
         // otherwise outnumbers the MMAs and starves the tensor cores).
         const u64 da = q_desc + static_cast<u64>(((i >> 1) * (M * 128) + (i & 1) * 64) >> 4);
         const u64 db = k_desc + static_cast<u64>(((i >> 1) * (T * 128) + (i & 1) * 64) >> 4);
-        if (i == 0) {
+        if (i < C::kQRegSteps) {
+          if (i == 0) {
+            wgmma_m64n32k16_rs<ELEM, false>(d, q_frag[i], db);
+          } else {
+            wgmma_m64n32k16_rs<ELEM, true>(d, q_frag[i], db);
+          }
+        } else if (i == 0) {
           wgmma_m64n32k16_ss<ELEM, false>(d, da, db);
         } else {
           wgmma_m64n32k16_ss<ELEM, true>(d, da, db);
@@ -602,6 +654,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
         cp_async_wait<C::kStages - 2>();
         fence_proxy_async();
         __syncthreads();
+        load_q_fragments();
         issue_s(stage_s, s_next);
       }
       wgmma_wait_all();  // S(it) and P V(it - 1)
@@ -621,6 +674,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     cp_async_wait<C::kStages - 2>();
     if constexpr (C::kWgmma) fence_proxy_async();
     __syncthreads();
+    if (it == 0) load_q_fragments();
     load_ahead(it);
     unsigned char* stage = stage_s + (it % C::kStages) * C::kStageBytes;
     const unsigned char* kv = stage;
