@@ -49,7 +49,7 @@
 namespace helixmla_tc {
 
 #ifndef HELIXMLA_TC_Q_REG_STEPS
-#define HELIXMLA_TC_Q_REG_STEPS 18
+#define HELIXMLA_TC_Q_REG_STEPS 8
 #endif
 
 // Element kinds of the matrix inputs: Q (and out) type, and KV storage.
