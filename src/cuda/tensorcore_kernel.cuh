@@ -106,11 +106,21 @@ struct Config {
   static constexpr int kKSteps = 36 / kWarpsK;  // k16 steps per warp (warpgroup) in S = Q K^T
   static constexpr int kRowThreads = kThreads / M;                   // softmax threads per row
   static constexpr int kRowTokens = kTileTokens / kRowThreads;       // tokens per softmax thread
-  static constexpr int kStages = M == 16 ? (KV == kKvFp8 ? 3 : 2) : (KV == kKvFp8 ? 4 : (M == 32 ? 4 : 3));
+  // wgmma: the first k16 steps of each warpgroup's S take Q from registers
+  // (4 per step per thread): an m64n32k16 with both operands in shared
+  // memory reads 3 KB per 16 tensor-core cycles, more than the 128 bytes a
+  // cycle shared memory delivers; from registers it reads 1 KB. Those Q
+  // columns (whole 64-column blocks: the two warpgroups take alternate
+  // steps) are never stored in shared memory, which makes room for a
+  // fourth KV stage.
+  static constexpr int kQRegSteps = kWgmma ? HELIXMLA_TC_Q_REG_STEPS : 0;
+  static_assert(kQRegSteps % 2 == 0 && kQRegSteps <= 36 / kWarpsK, "Q registers cover whole 64-column blocks");
+  static constexpr int kQRegBlocks = kQRegSteps / 2;
+  static constexpr int kStages = M == 16 ? (KV == kKvFp8 ? 3 : 2) : (KV == kKvFp8 || M == 32 || kWgmma ? 4 : 3);
   static constexpr int kBlocksPerSm = M == 16 ? 2 : 1;
   static constexpr int kSStride = kTileTokens + 8;  // floats; keeps S stores conflict-free
 
-  static constexpr int kQBytes = M * kRowBytes16;
+  static constexpr int kQBytes = M * (kRowBytes16 - kQRegBlocks * 128);
   static constexpr int kTileBytes16 = kTileTokens * kRowBytes16;
   static constexpr int kStageBytes = KV == kKvFp8 ? kTileTokens * kHeadDim : kTileBytes16;
   // wgmma: the S halves swap through shared memory, 16 floats per thread;
@@ -118,11 +128,6 @@ struct Config {
   // has one barrier per tile, so a fast thread's next swap must not
   // overwrite what a slow thread of the other warpgroup has yet to read).
   static constexpr int kSwapBytes = kThreads * 16 * 4;
-  // wgmma: the first k16 steps of each warpgroup's S take Q from registers
-  // (4 per step per thread): an m64n32k16 with both operands in shared
-  // memory reads 3 KB per 16 tensor-core cycles, more than the 128 bytes a
-  // cycle shared memory delivers; from registers it reads 1 KB.
-  static constexpr int kQRegSteps = kWgmma ? HELIXMLA_TC_Q_REG_STEPS : 0;
   static constexpr int kSBytes = kWgmma ? (KV == kKvFp8 ? 1 : 2) * kSwapBytes : kWarpsK * M * kSStride * 4;
   static constexpr int kPBytes = M * kTileTokens * 2;
   // fp8: once a stage is widened its bytes are dead until the tile after
@@ -135,6 +140,7 @@ struct Config {
   static constexpr int kPOffset = kSOffset + (kScratchInStage ? 0 : kSBytes);
   static constexpr int kRowInfoOffset = kPOffset + (kScratchInStage ? 0 : kPBytes);
   static constexpr int kSmemBytes = kRowInfoOffset + 4 * M * 4 + (kWgmma ? 1024 : 0);
+  static_assert(kSmemBytes <= 227 * 1024, "one block's shared memory on sm_90");
 };
 
 #if defined(__CUDACC__)
@@ -411,8 +417,8 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       const bool valid = w.row_begin + r < rows_total;
       const unsigned char* src = valid ? q + (row0 + r) * kRowBytes16 + sub * 16 : q;
 #pragma unroll
-      for (int k = 0; k < kChunksPerRow / 8; ++k) {
-        cp_async_16(q_s + swizzled(M, r, sub + 8 * k), valid ? src + 128 * k : src, valid);
+      for (int k = C::kQRegBlocks; k < kChunksPerRow / 8; ++k) {
+        cp_async_16(q_s + swizzled(M, r, sub + 8 * (k - C::kQRegBlocks)), valid ? src + 128 * k : src, valid);
       }
     }
   }
@@ -476,6 +482,25 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   float m_lo = neg_inf(), m_hi = neg_inf();
   float l_lo = 0.0f, l_hi = 0.0f;
   const u64 q_desc = smem_desc(q_s + wg * 32, 16, 1024);
+  // Q fragments of this warpgroup's first kQRegSteps k16 steps (k16 step
+  // 2 i + wg), straight from global memory in the wgmma A layout: warp
+  // wg_warp holds rows 16 wg_warp + g (+8), columns 2 c4 (+1) and +8.
+  u32 q_frag[C::kQRegSteps > 0 ? C::kQRegSteps : 1][4];
+  if constexpr (C::kQRegSteps > 0) {
+    const u32* q = static_cast<const u32*>(p.q);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = wg_row + 8 * half;
+      const bool valid = w.row_begin + r < rows_total;
+      const u32* src = q + (valid ? (row0 + r) * (kHeadDim / 2) : 0) + c4;
+#pragma unroll
+      for (int i = 0; i < C::kQRegSteps; ++i) {
+        const int col = 16 * (2 * i + wg);
+        q_frag[i][half] = valid ? src[col / 2] : 0u;
+        q_frag[i][2 + half] = valid ? src[col / 2 + 4] : 0u;
+      }
+    }
+  }
 
   // O accumulators. mma.sync: [mt][nt][4] for rows 16 mt + g (+8), columns
   // 64 warp + 8 nt + 2 c4 (+1). wgmma: [j][4] for rows 16 wg_warp + g (+8),
@@ -497,16 +522,6 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   float s_next[16];   // overlap: S of the next tile, in flight during this tile's softmax
   u32 pa[T / 16][4];  // P as wgmma A fragments, read by P V while it is in flight
   // S partial sum over this warpgroup's half of the reduction into `d`, issued, not awaited.
-  // Q fragments of this warpgroup's first kQRegSteps k16 steps (wgmma A
-  // layout: warp wg_warp holds rows 16 wg_warp .. +16), loaded once Q landed.
-  u32 q_frag[C::kQRegSteps > 0 ? C::kQRegSteps : 1][4];
-  auto load_q_fragments = [&]() {
-    const int r = wg_warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-#pragma unroll
-    for (int i = 0; i < C::kQRegSteps; ++i) {
-      ldmatrix_x4(q_frag[i], q_s + swizzled(M, r, 2 * (2 * i + wg) + (lane >> 4)));
-    }
-  };
   auto issue_s = [&](const unsigned char* kv, float(&d)[16]) {
     if constexpr (C::kWgmma) {  // wgmma exists on sm_90a only
       const u64 k_desc = smem_desc(kv + wg * 32, 16, 1024);
@@ -517,7 +532,8 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
         // Descriptors are linear in the address, so each step adds a
         // constant to a base computed once (the per-step address arithmetic
         // otherwise outnumbers the MMAs and starves the tensor cores).
-        const u64 da = q_desc + static_cast<u64>(((i >> 1) * (M * 128) + (i & 1) * 64) >> 4);
+        // Q in shared memory starts at 64-column block kQRegBlocks.
+        const u64 da = q_desc + static_cast<u64>((((i >> 1) - C::kQRegBlocks) * (M * 128) + (i & 1) * 64) >> 4);
         const u64 db = k_desc + static_cast<u64>(((i >> 1) * (T * 128) + (i & 1) * 64) >> 4);
         if (i < C::kQRegSteps) {
           if (i == 0) {
@@ -654,7 +670,6 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
         cp_async_wait<C::kStages - 2>();
         fence_proxy_async();
         __syncthreads();
-        load_q_fragments();
         issue_s(stage_s, s_next);
       }
       wgmma_wait_all();  // S(it) and P V(it - 1)
@@ -663,7 +678,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       pin_registers(pa);
 #pragma unroll
       for (int i = 0; i < 16; ++i) s_acc[i] = s_next[i];
-      cp_async_wait<0>();  // tile it + 1, loaded during tile it - 1
+      cp_async_wait<C::kStages - 3>();  // tile it + 1; later tiles may still be in flight
       fence_proxy_async();
       add_other_s_half(smem + C::kSOffset + (it & 1) * C::kSwapBytes);
       if (it + 1 < n_tiles) issue_s(stage_s + ((it + 1) % C::kStages) * C::kStageBytes, s_next);
@@ -674,7 +689,6 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     cp_async_wait<C::kStages - 2>();
     if constexpr (C::kWgmma) fence_proxy_async();
     __syncthreads();
-    if (it == 0) load_q_fragments();
     load_ahead(it);
     unsigned char* stage = stage_s + (it % C::kStages) * C::kStageBytes;
     const unsigned char* kv = stage;
