@@ -95,7 +95,7 @@ fi
 if step variants; then
   # A/B of compile-time kernel choices: the binary rebuilt once per entry of
   # HELIXMLA_VARIANT_FLAGS (';'-separated CUDA flags, e.g.
-  # "-DHELIXMLA_TC_Q_REG_STEPS=0;-DHELIXMLA_TC_Q_REG_STEPS=8"), each timed
+  # "-DHELIXMLA_TC_Q_REG_STEPS_16BIT=8;-DHELIXMLA_TC_Q_REG_STEPS_16BIT=16"), each timed
   # on HELIXMLA_VARIANT_CASES in the same session as the default build.
   IFS=';' read -r -a variant_flags <<<"${HELIXMLA_VARIANT_FLAGS:-}"
   cases=${HELIXMLA_VARIANT_CASES:-1,3,4,10,13}

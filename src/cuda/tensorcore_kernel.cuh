@@ -48,8 +48,16 @@
 
 namespace helixmla_tc {
 
-#ifndef HELIXMLA_TC_Q_REG_STEPS
-#define HELIXMLA_TC_Q_REG_STEPS 12
+// k16 steps of S per warpgroup that take Q from registers (Config::
+// kQRegSteps), by KV kind: the best of the counts measured in session 6
+// (bench/RESULTS.md); defined on the command line for A/B runs
+// (scripts/gpu-check.sh variants). fp8 runs S outside the overlapped loop,
+// so it gains from every step that leaves shared memory.
+#ifndef HELIXMLA_TC_Q_REG_STEPS_16BIT
+#define HELIXMLA_TC_Q_REG_STEPS_16BIT 12
+#endif
+#ifndef HELIXMLA_TC_Q_REG_STEPS_FP8
+#define HELIXMLA_TC_Q_REG_STEPS_FP8 18
 #endif
 
 // Element kinds of the matrix inputs: Q (and out) type, and KV storage.
@@ -113,7 +121,8 @@ struct Config {
   // columns (whole 64-column blocks: the two warpgroups take alternate
   // steps) are never stored in shared memory, which makes room for a
   // fourth KV stage.
-  static constexpr int kQRegSteps = kWgmma ? HELIXMLA_TC_Q_REG_STEPS : 0;
+  static constexpr int kQRegSteps =
+      kWgmma ? (KV == kKvFp8 ? HELIXMLA_TC_Q_REG_STEPS_FP8 : HELIXMLA_TC_Q_REG_STEPS_16BIT) : 0;
   static_assert(kQRegSteps % 2 == 0 && kQRegSteps <= 36 / kWarpsK, "Q registers cover whole 64-column blocks");
   static constexpr int kQRegBlocks = kQRegSteps / 2;
   static constexpr int kStages = M == 16 ? (KV == kKvFp8 ? 3 : 2) : (KV == kKvFp8 || M == 32 || kWgmma ? 4 : 3);
