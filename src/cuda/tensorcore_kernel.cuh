@@ -26,7 +26,8 @@
 //     shared memory; O += P V with each warp owning 64 of the 512 V columns for
 //     all M rows (V is the first 512 columns of the K tile, ldmatrix.trans).
 //   * wgmma (sm_90a, 64-row tiles): the two warpgroups each compute S over
-//     half of the reduction (m64n32k16, Q and K straight from shared memory),
+//     half of the reduction (m64n32k16, K from shared memory, Q from
+//     registers for most k16 steps and from shared memory for the rest),
 //     and each owns 256 of the V columns (m64n256k16, P from registers, V read
 //     N-major from the same tile). The shared-memory rows above are exactly
 //     the 128-byte-swizzle canonical layout wgmma descriptors describe.
@@ -39,7 +40,8 @@
 //   less and no P round trip; the rescale of O is skipped when no row max
 //   moved.
 // - fp8 e4m3 KV lands in shared memory as bytes and is widened once per tile
-//   to the 16-bit MMA type (exact: every e4m3 value is a bf16/fp16 value); the
+//   to the 16-bit MMA type (exact: every e4m3 value is a bf16/fp16 value;
+//   the wgmma loop widens two tiles ahead, behind the matrix steps); the
 //   per-tensor KV scale is folded into the softmax scale and the output scale.
 //   The widening is bound by shared-memory traffic, not by the conversions.
 // - Epilogue: o / l (zero when l == 0), stats (m in natural-log units, l). A
@@ -51,13 +53,13 @@ namespace helixmla_tc {
 // k16 steps of S per warpgroup that take Q from registers (Config::
 // kQRegSteps), by KV kind: the best of the counts measured in session 6
 // (bench/RESULTS.md); defined on the command line for A/B runs
-// (scripts/gpu-check.sh variants). fp8 runs S outside the overlapped loop,
-// so it gains from every step that leaves shared memory.
+// (scripts/gpu-check.sh variants). fp8 takes 16: its three widened tiles
+// leave room for one 64-column block of Q in shared memory.
 #ifndef HELIXMLA_TC_Q_REG_STEPS_16BIT
 #define HELIXMLA_TC_Q_REG_STEPS_16BIT 12
 #endif
 #ifndef HELIXMLA_TC_Q_REG_STEPS_FP8
-#define HELIXMLA_TC_Q_REG_STEPS_FP8 18
+#define HELIXMLA_TC_Q_REG_STEPS_FP8 16
 #endif
 
 // Element kinds of the matrix inputs: Q (and out) type, and KV storage.
@@ -137,15 +139,18 @@ struct Config {
   // has one barrier per tile, so a fast thread's next swap must not
   // overwrite what a slow thread of the other warpgroup has yet to read).
   static constexpr int kSwapBytes = kThreads * 16 * 4;
-  static constexpr int kSBytes = kWgmma ? (KV == kKvFp8 ? 1 : 2) * kSwapBytes : kWarpsK * M * kSStride * 4;
+  static constexpr int kSBytes = kWgmma ? 2 * kSwapBytes : kWarpsK * M * kSStride * 4;
   static constexpr int kPBytes = M * kTileTokens * 2;
   // fp8: once a stage is widened its bytes are dead until the tile after
   // next is loaded into it, so S and P live there (room for more stages).
   static constexpr bool kScratchInStage = KV == kKvFp8 && kSBytes + kPBytes <= kStageBytes;
   static constexpr int kQOffset = 0;
   static constexpr int kStageOffset = kQOffset + kQBytes;
-  static constexpr int kWideOffset = kStageOffset + kStages * kStageBytes;  // fp8 widened tile
-  static constexpr int kSOffset = kWideOffset + (KV == kKvFp8 ? kTileBytes16 : 0);
+  // fp8 widened tiles: wgmma overlaps tiles it (P V), it + 1 (S) and it + 2
+  // (being widened); mma.sync widens one tile at a time.
+  static constexpr int kWideTiles = KV == kKvFp8 ? (kWgmma ? 3 : 1) : 0;
+  static constexpr int kWideOffset = kStageOffset + kStages * kStageBytes;
+  static constexpr int kSOffset = kWideOffset + kWideTiles * kTileBytes16;
   static constexpr int kPOffset = kSOffset + (kScratchInStage ? 0 : kSBytes);
   static constexpr int kRowInfoOffset = kPOffset + (kScratchInStage ? 0 : kPBytes);
   static constexpr int kSmemBytes = kRowInfoOffset + 4 * M * 4 + (kWgmma ? 1024 : 0);
@@ -518,16 +523,15 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
 #pragma unroll
   for (int i = 0; i < MT * 32; ++i) acc[i] = 0.0f;
 
-  // wgmma engine, split into its steps so that bf16/fp16 KV can overlap them
-  // across tiles: S(it + 1) is issued before the softmax of tile it and
-  // P V(it) right behind it, so the tensor cores work through the softmax
-  // and one round trip of wgmma issue and wait per tile disappears. fp8 keeps the
-  // serial order: its single widened tile would be overwritten for S(it + 1)
-  // while P V(it) still reads it. So do pages under 16 tokens: with
-  // token-granular pages the overlap measured 17% slower with three KV
-  // stages and 3% slower with four (cause not yet understood,
+  // wgmma engine, split into its steps so that they overlap across tiles:
+  // S(it + 1) is issued before the softmax of tile it and P V(it) right
+  // behind it, so the tensor cores work through the softmax and one round
+  // trip of wgmma issue and wait per tile disappears; fp8 widens tile
+  // it + 2 while both are in flight. Pages under 16 tokens keep the serial
+  // order: with token-granular pages the overlap measured 17% slower with
+  // three KV stages and 3% slower with four (cause not yet understood,
   // bench/RESULTS.md), while 32-128 token pages gained 4-7%.
-  constexpr bool kOverlap = C::kWgmma && KV != kKvFp8 && PAGE >= 16;
+  constexpr bool kOverlap = C::kWgmma && PAGE >= 16;
   float s_acc[16];    // this warpgroup's S partial sum, then the whole S tile
   float s_next[16];   // overlap: S of the next tile, in flight during this tile's softmax
   u32 pa[T / 16][4];  // P as wgmma A fragments, read by P V while it is in flight
@@ -671,16 +675,53 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     }
   };
 
+  // fp8: widens this thread's share of KV tile `tile` (exactly the chunks
+  // its own copies brought, so only its own copies need to have landed)
+  // into the 16-bit swizzled tile at `wide`.
+  auto widen_tile = [&](int tile, unsigned char* wide) {
+    const unsigned char* raw = stage_s + (tile % C::kStages) * C::kStageBytes;
+#pragma unroll
+    for (int k = 0; k < (kHeadDim / 16 + 7) / 8; ++k) {
+      const int c = sub + 8 * k;
+      if (c < kHeadDim / 16) {
+        const uint4 bytes = *reinterpret_cast<const uint4*>(raw + load_tok * kHeadDim + c * 16);
+        const u32 words[4] = {bytes.x, bytes.y, bytes.z, bytes.w};
+        u32 pairs[8];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          pairs[2 * i] = widen_fp8x2<ELEM>(words[i] & 0xffffu);
+          pairs[2 * i + 1] = widen_fp8x2<ELEM>(words[i] >> 16);
+        }
+        *reinterpret_cast<uint4*>(wide + swizzled(T, load_tok, 2 * c)) =
+            make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
+        *reinterpret_cast<uint4*>(wide + swizzled(T, load_tok, 2 * c + 1)) =
+            make_uint4(pairs[4], pairs[5], pairs[6], pairs[7]);
+      }
+    }
+  };
+  // The 16-bit tile the overlapped loop's matrix steps read for tile `tile`.
+  auto mma_tile = [&](int tile) -> unsigned char* {
+    if constexpr (KV == kKvFp8) return wide_s + (tile % C::kWideTiles) * C::kTileBytes16;
+    return stage_s + (tile % C::kStages) * C::kStageBytes;
+  };
+
   for (int it = 0; it < n_tiles; ++it) {
     if constexpr (kOverlap) {
       // The tensor cores take S(it + 1) while this tile's softmax runs,
       // then P V(it): S is issued as soon as the swap's barrier has shown
-      // that tile it + 1 landed in every thread's copies.
+      // that tile it + 1 is in place for every thread (16-bit: landed;
+      // fp8: widened one tile earlier, while S(it) and P V(it - 1) ran).
       if (it == 0) {
-        cp_async_wait<C::kStages - 2>();
+        if constexpr (KV == kKvFp8) {
+          cp_async_wait<C::kStages - 3>();  // tiles 0 and 1
+          widen_tile(0, mma_tile(0));
+          if (n_tiles > 1) widen_tile(1, mma_tile(1));
+        } else {
+          cp_async_wait<C::kStages - 2>();
+        }
         fence_proxy_async();
         __syncthreads();
-        issue_s(stage_s, s_next);
+        issue_s(mma_tile(0), s_next);
       }
       wgmma_wait_all();  // S(it) and P V(it - 1)
       pin_registers(s_next);
@@ -688,12 +729,24 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       pin_registers(pa);
 #pragma unroll
       for (int i = 0; i < 16; ++i) s_acc[i] = s_next[i];
-      cp_async_wait<C::kStages - 3>();  // tile it + 1; later tiles may still be in flight
-      fence_proxy_async();
+      if constexpr (KV != kKvFp8) {
+        cp_async_wait<C::kStages - 3>();  // tile it + 1; later tiles may still be in flight
+        fence_proxy_async();
+      }
       add_other_s_half(smem + C::kSOffset + (it & 1) * C::kSwapBytes);
-      if (it + 1 < n_tiles) issue_s(stage_s + ((it + 1) % C::kStages) * C::kStageBytes, s_next);
+      if (it + 1 < n_tiles) issue_s(mma_tile(it + 1), s_next);
       load_ahead(it);  // past the barrier, every P V(it - 1) has completed
-      softmax_and_issue_pv(stage_s + (it % C::kStages) * C::kStageBytes, it);
+      softmax_and_issue_pv(mma_tile(it), it);
+      if constexpr (KV == kKvFp8) {
+        // Tile it + 2 into the widened tile of it - 1: past the barrier,
+        // every thread's P V(it - 1) has completed. Its copies were issued
+        // two tiles ago; only tile it + 3's may still be in flight.
+        if (it + 2 < n_tiles) {
+          cp_async_wait<1>();
+          widen_tile(it + 2, mma_tile(it + 2));
+          fence_proxy_async();
+        }
+      }
       continue;
     }
     cp_async_wait<C::kStages - 2>();
@@ -702,25 +755,8 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     load_ahead(it);
     unsigned char* stage = stage_s + (it % C::kStages) * C::kStageBytes;
     const unsigned char* kv = stage;
-    if constexpr (KV == kKvFp8) {  // widen this thread's share of the tile
-#pragma unroll
-      for (int k = 0; k < (kHeadDim / 16 + 7) / 8; ++k) {
-        const int c = sub + 8 * k;
-        if (c < kHeadDim / 16) {
-          const uint4 raw = *reinterpret_cast<const uint4*>(kv + load_tok * kHeadDim + c * 16);
-          const u32 words[4] = {raw.x, raw.y, raw.z, raw.w};
-          u32 wide[8];
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            wide[2 * i] = widen_fp8x2<ELEM>(words[i] & 0xffffu);
-            wide[2 * i + 1] = widen_fp8x2<ELEM>(words[i] >> 16);
-          }
-          *reinterpret_cast<uint4*>(wide_s + swizzled(T, load_tok, 2 * c)) =
-              make_uint4(wide[0], wide[1], wide[2], wide[3]);
-          *reinterpret_cast<uint4*>(wide_s + swizzled(T, load_tok, 2 * c + 1)) =
-              make_uint4(wide[4], wide[5], wide[6], wide[7]);
-        }
-      }
+    if constexpr (KV == kKvFp8) {
+      widen_tile(it, wide_s);
       if constexpr (C::kWgmma) fence_proxy_async();
       __syncthreads();
       kv = wide_s;
