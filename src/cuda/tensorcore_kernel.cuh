@@ -39,11 +39,13 @@
 //   accumulator layout is P's A-operand layout), so one barrier per tile
 //   less and no P round trip; the rescale of O is skipped when no row max
 //   moved.
-// - fp8 e4m3 KV lands in shared memory as bytes and is widened once per tile
-//   to the 16-bit MMA type (exact: every e4m3 value is a bf16/fp16 value;
-//   the wgmma loop widens two tiles ahead, behind the matrix steps); the
-//   per-tensor KV scale is folded into the softmax scale and the output scale.
-//   The widening is bound by shared-memory traffic, not by the conversions.
+// - fp8 e4m3 KV lands in shared memory as bytes and is widened to the
+//   16-bit MMA type (exact: every e4m3 value is a bf16/fp16 value); the
+//   per-tensor KV scale is folded into the softmax scale and the output
+//   scale. wgmma widens whole tiles into shared memory (its operands come
+//   from there), two tiles ahead, behind the matrix steps. mma.sync widens
+//   in registers straight into its B fragments: a widened copy in shared
+//   memory cost more shared-memory traffic than the 16-bit path has in all.
 // - Epilogue: o / l (zero when l == 0), stats (m in natural-log units, l). A
 //   split writes float32 partials in split_combine's entry layout instead.
 #pragma once
@@ -127,13 +129,17 @@ struct Config {
       kWgmma ? (KV == kKvFp8 ? HELIXMLA_TC_Q_REG_STEPS_FP8 : HELIXMLA_TC_Q_REG_STEPS_16BIT) : 0;
   static_assert(kQRegSteps % 2 == 0 && kQRegSteps <= 36 / kWarpsK, "Q registers cover whole 64-column blocks");
   static constexpr int kQRegBlocks = kQRegSteps / 2;
-  static constexpr int kStages = M == 16 ? (KV == kKvFp8 ? 3 : 2) : (KV == kKvFp8 || M == 32 || kWgmma ? 4 : 3);
+  static constexpr int kStages = M == 16 ? (KV == kKvFp8 ? 4 : 2) : (KV == kKvFp8 || M == 32 || kWgmma ? 4 : 3);
   static constexpr int kBlocksPerSm = M == 16 ? 2 : 1;
   static constexpr int kSStride = kTileTokens + 8;  // floats; keeps S stores conflict-free
 
   static constexpr int kQBytes = M * (kRowBytes16 - kQRegBlocks * 128);
   static constexpr int kTileBytes16 = kTileTokens * kRowBytes16;
-  static constexpr int kStageBytes = KV == kKvFp8 ? kTileTokens * kHeadDim : kTileBytes16;
+  // fp8 rows in a stage. mma.sync reads its B fragments straight from the
+  // bytes (two or four per load, see decode_tile); 16 bytes of padding per
+  // row make those loads conflict-free (a 592-byte row is 20 banks on).
+  static constexpr int kFp8RowBytes = kWgmma ? kHeadDim : kHeadDim + 16;
+  static constexpr int kStageBytes = KV == kKvFp8 ? kTileTokens * kFp8RowBytes : kTileBytes16;
   // wgmma: the S halves swap through shared memory, 16 floats per thread;
   // 16-bit KV swaps through two buffers by tile parity (the overlapped loop
   // has one barrier per tile, so a fast thread's next swap must not
@@ -141,20 +147,19 @@ struct Config {
   static constexpr int kSwapBytes = kThreads * 16 * 4;
   static constexpr int kSBytes = kWgmma ? 2 * kSwapBytes : kWarpsK * M * kSStride * 4;
   static constexpr int kPBytes = M * kTileTokens * 2;
-  // fp8: once a stage is widened its bytes are dead until the tile after
-  // next is loaded into it, so S and P live there (room for more stages).
-  static constexpr bool kScratchInStage = KV == kKvFp8 && kSBytes + kPBytes <= kStageBytes;
   static constexpr int kQOffset = 0;
   static constexpr int kStageOffset = kQOffset + kQBytes;
-  // fp8 widened tiles: wgmma overlaps tiles it (P V), it + 1 (S) and it + 2
-  // (being widened); mma.sync widens one tile at a time.
-  static constexpr int kWideTiles = KV == kKvFp8 ? (kWgmma ? 3 : 1) : 0;
+  // fp8 widened tiles (wgmma only: mma.sync widens into its fragments):
+  // tiles it (P V), it + 1 (S) and it + 2 (being widened).
+  static constexpr int kWideTiles = KV == kKvFp8 && kWgmma ? 3 : 0;
   static constexpr int kWideOffset = kStageOffset + kStages * kStageBytes;
   static constexpr int kSOffset = kWideOffset + kWideTiles * kTileBytes16;
-  static constexpr int kPOffset = kSOffset + (kScratchInStage ? 0 : kSBytes);
-  static constexpr int kRowInfoOffset = kPOffset + (kScratchInStage ? 0 : kPBytes);
+  static constexpr int kPOffset = kSOffset + kSBytes;
+  static constexpr int kRowInfoOffset = kPOffset + kPBytes;
   static constexpr int kSmemBytes = kRowInfoOffset + 4 * M * 4 + (kWgmma ? 1024 : 0);
   static_assert(kSmemBytes <= 227 * 1024, "one block's shared memory on sm_90");
+  static_assert(kBlocksPerSm == 1 || kBlocksPerSm * (kSmemBytes + 1024) <= 228 * 1024,
+                "the blocks an SM should hold fit its shared memory");
 };
 
 #if defined(__CUDACC__)
@@ -239,6 +244,13 @@ __device__ __forceinline__ u32 widen_fp8x2(u32 two_bytes) {
       : "=f"(lo), "=f"(hi)
       : "r"(h2));
   return pack2<kElemBf16>(lo, hi);
+}
+
+// prmt: byte i of the result is byte (sel >> 4 i) & 7 of {hi:lo}.
+__device__ __forceinline__ u32 byte_perm(u32 lo, u32 hi, u32 sel) {
+  u32 r;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(r) : "r"(lo), "r"(hi), "r"(sel));
+  return r;
 }
 
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
@@ -457,7 +469,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
 #pragma unroll
       for (int k = 0; k < (kHeadDim / 16 + 7) / 8; ++k) {
         if (sub + 8 * k < kHeadDim / 16) {
-          cp_async_16(dst + load_tok * kHeadDim + (sub + 8 * k) * 16, src + 128 * k, valid);
+          cp_async_16(dst + load_tok * C::kFp8RowBytes + (sub + 8 * k) * 16, src + 128 * k, valid);
         }
       }
     } else {
@@ -684,7 +696,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     for (int k = 0; k < (kHeadDim / 16 + 7) / 8; ++k) {
       const int c = sub + 8 * k;
       if (c < kHeadDim / 16) {
-        const uint4 bytes = *reinterpret_cast<const uint4*>(raw + load_tok * kHeadDim + c * 16);
+        const uint4 bytes = *reinterpret_cast<const uint4*>(raw + load_tok * C::kFp8RowBytes + c * 16);
         const u32 words[4] = {bytes.x, bytes.y, bytes.z, bytes.w};
         u32 pairs[8];
 #pragma unroll
@@ -755,13 +767,13 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     load_ahead(it);
     unsigned char* stage = stage_s + (it % C::kStages) * C::kStageBytes;
     const unsigned char* kv = stage;
-    if constexpr (KV == kKvFp8) {
+    if constexpr (KV == kKvFp8 && C::kWgmma) {
       widen_tile(it, wide_s);
-      if constexpr (C::kWgmma) fence_proxy_async();
+      fence_proxy_async();
       __syncthreads();
       kv = wide_s;
     }
-    unsigned char* scratch = C::kScratchInStage ? stage : smem + C::kSOffset;
+    unsigned char* scratch = smem + C::kSOffset;
 
     if constexpr (C::kWgmma) {
       issue_s(kv, s_acc);
@@ -774,7 +786,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       pin_registers(pa);
     } else {  // S partial sums of this warp into s_buf[s_wk]
       float* s_buf = reinterpret_cast<float*>(scratch);
-      unsigned char* p_s = scratch + (C::kScratchInStage ? C::kSBytes : C::kPOffset - C::kSOffset);
+      unsigned char* p_s = smem + C::kPOffset;
       float s_acc[2][4];
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
@@ -794,12 +806,24 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
         a_off[j] = a_row * 128 + (((2 * q4 + (lane >> 4)) ^ (a_row & 7)) << 4);
         b_off[j] = b_tok * 128 + (((2 * q4 + ((lane >> 3) & 1)) ^ (b_tok & 7)) << 4);
       }
+      // fp8: this thread's B fragments are K[token][k, k + 1] at k = 2 c4
+      // and 2 c4 + 8 of the step, tokens g and g + 8 of its half: two-byte
+      // loads from the fp8 rows, widened in registers.
+      const unsigned char* k_bytes = kv + (s_wn * 16 + g) * C::kFp8RowBytes + 2 * c4;
 #pragma unroll
       for (int i = 0; i < C::kKSteps; ++i) {
         const int block = i / kQ;
         u32 a[4], b[4];
         ldmatrix_x4(a, q_s + block * (M * 128) + a_off[i % kQ]);
-        ldmatrix_x4(b, kv + block * (T * 128) + b_off[i % kQ]);
+        if constexpr (KV == kKvFp8) {
+          const unsigned char* kb = k_bytes + 16 * (4 * block + s_wk + C::kWarpsK * (i % kQ));
+          b[0] = widen_fp8x2<ELEM>(*reinterpret_cast<const u16*>(kb));
+          b[1] = widen_fp8x2<ELEM>(*reinterpret_cast<const u16*>(kb + 8));
+          b[2] = widen_fp8x2<ELEM>(*reinterpret_cast<const u16*>(kb + 8 * C::kFp8RowBytes));
+          b[3] = widen_fp8x2<ELEM>(*reinterpret_cast<const u16*>(kb + 8 * C::kFp8RowBytes + 8));
+        } else {
+          ldmatrix_x4(b, kv + block * (T * 128) + b_off[i % kQ]);
+        }
         mma_16816<ELEM>(s_acc[0], a, b[0], b[1]);
         mma_16816<ELEM>(s_acc[1], a, b[2], b[3]);
       }
@@ -895,16 +919,50 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
         u32 pa[MT][4];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) ldmatrix_x4(pa[mt], p_s + mt * 16 * 64 + p_off[kk]);
+        if constexpr (KV == kKvFp8) {
+          // A B fragment needs V[token][column] for tokens 2 c4 (+1) and
+          // 2 c4 + 8 (+1) of the step at column g of its n8 tile: bytes of
+          // four rows. Each thread loads four bytes of each of those rows
+          // (columns 4 g .. 4 g + 3 of a 32-column group) and regroups them
+          // by column (prmt), which gives the fragments of four n8 tiles
+          // whose column g is 4 g + j (j = 0..3); the epilogue undoes the
+          // order. n8 tile 4 cg + j of this warp.
 #pragma unroll
-        for (int np = 0; np < 4; ++np) {
-          u32 b[4];
-          ldmatrix_x4_trans(b, kv + kk * 16 * 128 + v_off[np]);
+          for (int cg = 0; cg < 2; ++cg) {
+            const unsigned char* vb = kv + (kk * 16 + 2 * c4) * C::kFp8RowBytes + warp * 64 + cg * 32 + 4 * g;
+            const u32 t0 = *reinterpret_cast<const u32*>(vb);
+            const u32 t1 = *reinterpret_cast<const u32*>(vb + C::kFp8RowBytes);
+            const u32 t8 = *reinterpret_cast<const u32*>(vb + 8 * C::kFp8RowBytes);
+            const u32 t9 = *reinterpret_cast<const u32*>(vb + 9 * C::kFp8RowBytes);
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-            float(&lo)[4] = *reinterpret_cast<float(*)[4]>(&acc[(mt * 8 + 2 * np) * 4]);
-            float(&hi)[4] = *reinterpret_cast<float(*)[4]>(&acc[(mt * 8 + 2 * np + 1) * 4]);
-            mma_16816<ELEM>(lo, pa[mt], b[0], b[1]);
-            mma_16816<ELEM>(hi, pa[mt], b[2], b[3]);
+            for (int jp = 0; jp < 2; ++jp) {
+              // Bytes 2 jp and 2 jp + 1 of both words: column 2 jp in the low half.
+              const u32 sel = (2 * jp) | (2 * jp + 4) << 4 | (2 * jp + 1) << 8 | (2 * jp + 5) << 12;
+              const u32 lo = byte_perm(t0, t1, sel);
+              const u32 hi = byte_perm(t8, t9, sel);
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const u32 b0 = widen_fp8x2<ELEM>(e == 0 ? lo & 0xffffu : lo >> 16);
+                const u32 b1 = widen_fp8x2<ELEM>(e == 0 ? hi & 0xffffu : hi >> 16);
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                  mma_16816<ELEM>(*reinterpret_cast<float(*)[4]>(&acc[(mt * 8 + cg * 4 + 2 * jp + e) * 4]), pa[mt], b0, b1);
+                }
+              }
+            }
+          }
+        } else {
+#pragma unroll
+          for (int np = 0; np < 4; ++np) {
+            u32 b[4];
+            ldmatrix_x4_trans(b, kv + kk * 16 * 128 + v_off[np]);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+              float(&lo)[4] = *reinterpret_cast<float(*)[4]>(&acc[(mt * 8 + 2 * np) * 4]);
+              float(&hi)[4] = *reinterpret_cast<float(*)[4]>(&acc[(mt * 8 + 2 * np + 1) * 4]);
+              mma_16816<ELEM>(lo, pa[mt], b[0], b[1]);
+              mma_16816<ELEM>(hi, pa[mt], b[2], b[3]);
+            }
           }
         }
       }
@@ -958,6 +1016,28 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
 #pragma unroll
         for (int j = 0; j < 32; ++j) {
           out_pair(r, wg * 256 + j * 8 + 2 * c4, acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+        }
+      }
+    }
+  } else if constexpr (KV == kKvFp8) {
+    // fp8 P V: accumulator slot e of n8 tile 4 cg + j holds column
+    // 32 cg + 4 (2 c4 + e) + j of this warp's 64: four adjacent columns per (cg, e).
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = mt * 16 + g + half * 8;
+        if (w.row_begin + r < rows_total) {
+#pragma unroll
+          for (int cg = 0; cg < 2; ++cg) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const float* x = &acc[(mt * 8 + cg * 4) * 4 + 2 * half + e];
+              const int col = warp * 64 + cg * 32 + 8 * c4 + 4 * e;
+              out_pair(r, col, x[0], x[4]);
+              out_pair(r, col + 2, x[8], x[12]);
+            }
+          }
         }
       }
     }
