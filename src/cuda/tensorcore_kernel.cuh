@@ -713,7 +713,8 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   };
   // The 16-bit tile the overlapped loop's matrix steps read for tile `tile`.
   auto mma_tile = [&](int tile) -> unsigned char* {
-    if constexpr (KV == kKvFp8) return wide_s + (tile % C::kWideTiles) * C::kTileBytes16;
+    constexpr int kRing = C::kWideTiles > 0 ? C::kWideTiles : 1;  // no % 0 where there are none
+    if constexpr (C::kWideTiles > 0) return wide_s + (tile % kRing) * C::kTileBytes16;
     return stage_s + (tile % C::kStages) * C::kStageBytes;
   };
 
