@@ -140,10 +140,10 @@ struct Config {
   // row make those loads conflict-free (a 592-byte row is 20 banks on).
   static constexpr int kFp8RowBytes = kWgmma ? kHeadDim : kHeadDim + 16;
   static constexpr int kStageBytes = KV == kKvFp8 ? kTileTokens * kFp8RowBytes : kTileBytes16;
-  // wgmma: the S halves swap through shared memory, 16 floats per thread;
-  // 16-bit KV swaps through two buffers by tile parity (the overlapped loop
-  // has one barrier per tile, so a fast thread's next swap must not
-  // overwrite what a slow thread of the other warpgroup has yet to read).
+  // wgmma: the S halves swap through shared memory, 16 floats per thread,
+  // through two buffers by tile parity (the overlapped loop has one
+  // barrier per tile, so a fast thread's next swap must not overwrite what
+  // a slow thread of the other warpgroup has yet to read).
   static constexpr int kSwapBytes = kThreads * 16 * 4;
   static constexpr int kSBytes = kWgmma ? 2 * kSwapBytes : kWarpsK * M * kSStride * 4;
   static constexpr int kPBytes = M * kTileTokens * 2;
