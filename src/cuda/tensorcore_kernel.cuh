@@ -295,6 +295,30 @@ __device__ __forceinline__ void pin_registers(unsigned (&r)[K][N]) {
     for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[k][i])::"memory");
 }
 
+// Shared by the two m64n32k16 forms below: the instruction text up to the
+// A operand, the 16 accumulators as operands read and written (ACC) or
+// written only (OUT), and the choice of the form's INSTR(TYPES, D, SCALE_D)
+// for ELEM and ACCUMULATE.
+#define HMLA_TC_M64N32_HEAD(TYPES, SCALE_D)                              \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE_D ", 0;\n"                  \
+  "wgmma.mma_async.sync.aligned.m64n32k16.f32." TYPES " "               \
+  "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, "
+#define HMLA_TC_D16_OPERANDS(D)                                                                    \
+  D(d[0]), D(d[1]), D(d[2]), D(d[3]), D(d[4]), D(d[5]), D(d[6]), D(d[7]), D(d[8]), D(d[9]), D(d[10]), \
+      D(d[11]), D(d[12]), D(d[13]), D(d[14]), D(d[15])
+#define HMLA_TC_ACC(x) "+f"(x)
+#define HMLA_TC_OUT(x) "=f"(x)
+#define HMLA_TC_BY_ELEM_AND_ACCUMULATE(INSTR)     \
+  if constexpr (ELEM == kElemBf16 && ACCUMULATE) { \
+    INSTR("bf16.bf16", HMLA_TC_ACC, "1");          \
+  } else if constexpr (ELEM == kElemBf16) {        \
+    INSTR("bf16.bf16", HMLA_TC_OUT, "0");          \
+  } else if constexpr (ACCUMULATE) {               \
+    INSTR("f16.f16", HMLA_TC_ACC, "1");            \
+  } else {                                         \
+    INSTR("f16.f16", HMLA_TC_OUT, "0");            \
+  }
+
 // S partial: D[64 x 32] (+)= A[64 x 16] B[32 x 16]^T, both K-major in shared
 // memory. The first step of a sum (ACCUMULATE false) overwrites D and takes
 // it as an output only, so D needs no zeroing by ordinary instructions and
@@ -302,26 +326,11 @@ __device__ __forceinline__ void pin_registers(unsigned (&r)[K][N]) {
 // ptxas serialise the wgmma pipeline).
 template <int ELEM, bool ACCUMULATE>
 __device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], u64 desc_a, u64 desc_b) {
-#define HMLA_TC_WGMMA_M64N32K16_SS(TYPES, D, SCALE_D)                                                    \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE_D ", 0;\n"                                     \
-               "wgmma.mma_async.sync.aligned.m64n32k16.f32." TYPES " "                                    \
-               "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, 0, 0;\n}\n" \
-               : D(d[0]), D(d[1]), D(d[2]), D(d[3]), D(d[4]), D(d[5]), D(d[6]), D(d[7]), D(d[8]),        \
-                 D(d[9]), D(d[10]), D(d[11]), D(d[12]), D(d[13]), D(d[14]), D(d[15])                      \
+#define HMLA_TC_WGMMA_M64N32K16_SS(TYPES, D, SCALE_D)                                    \
+  asm volatile(HMLA_TC_M64N32_HEAD(TYPES, SCALE_D) "%16, %17, p, 1, 1, 0, 0;\n}\n" \
+               : HMLA_TC_D16_OPERANDS(D)                                           \
                : "l"(desc_a), "l"(desc_b))
-#define HMLA_TC_ACC(x) "+f"(x)
-#define HMLA_TC_OUT(x) "=f"(x)
-  if constexpr (ELEM == kElemBf16 && ACCUMULATE) {
-    HMLA_TC_WGMMA_M64N32K16_SS("bf16.bf16", HMLA_TC_ACC, "1");
-  } else if constexpr (ELEM == kElemBf16) {
-    HMLA_TC_WGMMA_M64N32K16_SS("bf16.bf16", HMLA_TC_OUT, "0");
-  } else if constexpr (ACCUMULATE) {
-    HMLA_TC_WGMMA_M64N32K16_SS("f16.f16", HMLA_TC_ACC, "1");
-  } else {
-    HMLA_TC_WGMMA_M64N32K16_SS("f16.f16", HMLA_TC_OUT, "0");
-  }
-#undef HMLA_TC_OUT
-#undef HMLA_TC_ACC
+  HMLA_TC_BY_ELEM_AND_ACCUMULATE(HMLA_TC_WGMMA_M64N32K16_SS)
 #undef HMLA_TC_WGMMA_M64N32K16_SS
 }
 
@@ -329,28 +338,18 @@ __device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], u64 desc_a, u
 // whose Q fragments a warpgroup keeps: they read only B from shared memory.
 template <int ELEM, bool ACCUMULATE>
 __device__ __forceinline__ void wgmma_m64n32k16_rs(float (&d)[16], const u32 (&a)[4], u64 desc_b) {
-#define HMLA_TC_WGMMA_M64N32K16_RS(TYPES, D, SCALE_D)                                                   \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE_D ", 0;\n"                                     \
-               "wgmma.mma_async.sync.aligned.m64n32k16.f32." TYPES " "                                    \
-               "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, p, 1, 1, 0;\n}\n" \
-               : D(d[0]), D(d[1]), D(d[2]), D(d[3]), D(d[4]), D(d[5]), D(d[6]), D(d[7]), D(d[8]),        \
-                 D(d[9]), D(d[10]), D(d[11]), D(d[12]), D(d[13]), D(d[14]), D(d[15])                      \
+#define HMLA_TC_WGMMA_M64N32K16_RS(TYPES, D, SCALE_D)                                                \
+  asm volatile(HMLA_TC_M64N32_HEAD(TYPES, SCALE_D) "{%16,%17,%18,%19}, %20, p, 1, 1, 0;\n}\n" \
+               : HMLA_TC_D16_OPERANDS(D)                                                       \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b))
-#define HMLA_TC_ACC(x) "+f"(x)
-#define HMLA_TC_OUT(x) "=f"(x)
-  if constexpr (ELEM == kElemBf16 && ACCUMULATE) {
-    HMLA_TC_WGMMA_M64N32K16_RS("bf16.bf16", HMLA_TC_ACC, "1");
-  } else if constexpr (ELEM == kElemBf16) {
-    HMLA_TC_WGMMA_M64N32K16_RS("bf16.bf16", HMLA_TC_OUT, "0");
-  } else if constexpr (ACCUMULATE) {
-    HMLA_TC_WGMMA_M64N32K16_RS("f16.f16", HMLA_TC_ACC, "1");
-  } else {
-    HMLA_TC_WGMMA_M64N32K16_RS("f16.f16", HMLA_TC_OUT, "0");
-  }
-#undef HMLA_TC_OUT
-#undef HMLA_TC_ACC
+  HMLA_TC_BY_ELEM_AND_ACCUMULATE(HMLA_TC_WGMMA_M64N32K16_RS)
 #undef HMLA_TC_WGMMA_M64N32K16_RS
 }
+#undef HMLA_TC_BY_ELEM_AND_ACCUMULATE
+#undef HMLA_TC_OUT
+#undef HMLA_TC_ACC
+#undef HMLA_TC_D16_OPERANDS
+#undef HMLA_TC_M64N32_HEAD
 
 // The 128 accumulator registers of an m64n256 wgmma: operand list and
 // their place holders %0..%127 in the instruction text.
