@@ -1019,15 +1019,16 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
         }
       }
     }
-  } else if constexpr (KV == kKvFp8) {
-    // fp8 P V: accumulator slot e of n8 tile 4 cg + j holds column
-    // 32 cg + 4 (2 c4 + e) + j of this warp's 64: four adjacent columns per (cg, e).
+  } else {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int r = mt * 16 + g + half * 8;
-        if (w.row_begin + r < rows_total) {
+        if (w.row_begin + r >= rows_total) continue;
+        if constexpr (KV == kKvFp8) {
+          // fp8 P V: accumulator slot e of n8 tile 4 cg + j holds column
+          // 32 cg + 4 (2 c4 + e) + j of this warp's 64: four adjacent columns per (cg, e).
 #pragma unroll
           for (int cg = 0; cg < 2; ++cg) {
 #pragma unroll
@@ -1038,16 +1039,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
               out_pair(r, col + 2, x[8], x[12]);
             }
           }
-        }
-      }
-    }
-  } else {
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int r = mt * 16 + g + half * 8;
-        if (w.row_begin + r < rows_total) {
+        } else {
 #pragma unroll
           for (int nt = 0; nt < 8; ++nt) {
             out_pair(r, warp * 64 + nt * 8 + 2 * c4, acc[(mt * 8 + nt) * 4 + 2 * half],
