@@ -765,27 +765,25 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     if constexpr (C::kWgmma) fence_proxy_async();
     __syncthreads();
     load_ahead(it);
-    unsigned char* stage = stage_s + (it % C::kStages) * C::kStageBytes;
-    const unsigned char* kv = stage;
+    const unsigned char* kv = stage_s + (it % C::kStages) * C::kStageBytes;
     if constexpr (KV == kKvFp8 && C::kWgmma) {
       widen_tile(it, wide_s);
       fence_proxy_async();
       __syncthreads();
       kv = wide_s;
     }
-    unsigned char* scratch = smem + C::kSOffset;
 
     if constexpr (C::kWgmma) {
       issue_s(kv, s_acc);
       wgmma_wait_all();
       pin_registers(s_acc);
-      add_other_s_half(scratch);
+      add_other_s_half(smem + C::kSOffset);
       softmax_and_issue_pv(kv, it);
       wgmma_wait_all();
       pin_registers(acc);
       pin_registers(pa);
     } else {  // S partial sums of this warp into s_buf[s_wk]
-      float* s_buf = reinterpret_cast<float*>(scratch);
+      float* s_buf = reinterpret_cast<float*>(smem + C::kSOffset);
       unsigned char* p_s = smem + C::kPOffset;
       float s_acc[2][4];
 #pragma unroll
