@@ -34,8 +34,13 @@ gpus=$(nvidia-smi -L | wc -l)
 commit=${HELIXMLA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 summary+=("commit $commit; $gpus x $(sed -n 2p "$out/gpu.txt")")
 
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="80-virtual;90-real" \
-  -DHELIXMLA_BUILD_BENCH=OFF >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+# configure DIR [cmake arguments]: the release configuration every build here uses.
+configure() {
+  local dir=$1; shift
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="80-virtual;90-real" \
+    -DHELIXMLA_BUILD_BENCH=OFF "$@"
+}
+configure "$build" >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
 if ! ninja -C "$build" -j "$(nproc)" >"$out/build.log" 2>&1; then
   grep -E "error|Error" "$out/build.log" | head -40
   exit 1
@@ -102,8 +107,7 @@ if step variants; then
   for i in "${!variant_flags[@]}"; do
     [ "$(elapsed)" -ge "$budget" ] && { summary+=("variant ${variant_flags[$i]}: skipped, time budget spent"); continue; }
     vb="$build-variant$i"
-    cmake -S . -B "$vb" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="80-virtual;90-real" \
-      -DHELIXMLA_BUILD_BENCH=OFF -DHELIXMLA_BUILD_TESTS=OFF -DCMAKE_CUDA_FLAGS="${variant_flags[$i]}" >"$out/variant$i.log" 2>&1 &&
+    configure "$vb" -DHELIXMLA_BUILD_TESTS=OFF -DCMAKE_CUDA_FLAGS="${variant_flags[$i]}" >"$out/variant$i.log" 2>&1 &&
       ninja -C "$vb" -j "$(nproc)" helixmla >>"$out/variant$i.log" 2>&1 &&
       timeout "$(within 120)" "$vb/helixmla" bench --cases "$cases" >"$out/variant$i.txt" 2>&1
     summary+=("variant $i (${variant_flags[$i]}): exit $? [$(elapsed) s]")
