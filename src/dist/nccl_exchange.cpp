@@ -1,13 +1,13 @@
 // NCCL implementation of the Helix exchange (see nccl_exchange.hpp).
 #include "dist/nccl_exchange.hpp"
 
+#include "dist/env_integer.hpp"
 #include "dist/stream_wait.hpp"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -34,17 +34,6 @@ const char* first_set(std::initializer_list<const char*> names, const char** whi
     }
   }
   return nullptr;
-}
-
-long long parse_integer(const char* name, const char* text, long long lowest, long long most = 1LL << 30) {
-  char* end = nullptr;
-  errno = 0;
-  const long long value = std::strtoll(text, &end, 10);
-  if (end == text || *end != '\0' || errno == ERANGE || value < lowest || value > most) {
-    throw InvalidArgument(name, -1, text,
-                          "must be an integer from " + std::to_string(lowest) + " to " + std::to_string(most));
-  }
-  return value;
 }
 
 void keep_nvls_off() { setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0); }
@@ -334,7 +323,7 @@ class NcclExchange final : public Exchange {
 NcclOptions NcclOptions::from_environment() {
   NcclOptions options;
   if (const char* text = std::getenv("HELIXMLA_NCCL_TIMEOUT_MS"); text != nullptr && *text != '\0') {
-    options.timeout = std::chrono::milliseconds(parse_integer("HELIXMLA_NCCL_TIMEOUT_MS", text, 1, 86400000LL));
+    options.timeout = std::chrono::milliseconds(parse_env_integer("HELIXMLA_NCCL_TIMEOUT_MS", text, 1, 86400000LL));
   }
   return options;
 }
@@ -345,18 +334,18 @@ NcclProcessInfo NcclProcessInfo::from_environment() {
   if (const char* v = first_set({"HELIXMLA_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK",
                                  "SLURM_PROCID", "RANK"},
                                 &name)) {
-    info.rank = static_cast<std::int32_t>(parse_integer(name, v, 0));
+    info.rank = static_cast<std::int32_t>(parse_env_integer(name, v, 0));
   }
   if (const char* v = first_set({"HELIXMLA_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
                                  "SLURM_NTASKS", "WORLD_SIZE"},
                                 &name)) {
-    info.size = static_cast<std::int32_t>(parse_integer(name, v, 1));
+    info.size = static_cast<std::int32_t>(parse_env_integer(name, v, 1));
   }
   info.device = info.rank;
   if (const char* v = first_set({"HELIXMLA_DEVICE", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
                                  "MPI_LOCALRANKID", "SLURM_LOCALID"},
                                 &name)) {
-    info.device = static_cast<int>(parse_integer(name, v, 0));
+    info.device = static_cast<int>(parse_env_integer(name, v, 0));
   }
   if (info.rank >= info.size) {
     throw InvalidArgument("rank", info.rank, std::to_string(info.rank),

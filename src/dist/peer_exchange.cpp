@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "dist/env_integer.hpp"
 #include "helixmla/error.hpp"
 
 #if defined(HELIXMLA_WITH_CUDA)
@@ -28,13 +29,8 @@ PeerOptions PeerOptions::from_environment() {
   PeerOptions options;
   const char* text = std::getenv("HELIXMLA_EXCHANGE_TIMEOUT_MS");
   if (text == nullptr || *text == '\0') return options;
-  char* end = nullptr;
-  const long long ms = std::strtoll(text, &end, 10);
   // At most a day: the kernels turn it into nanoseconds.
-  if (end == text || *end != '\0' || ms < 1 || ms > 86400000LL) {
-    throw InvalidArgument("HELIXMLA_EXCHANGE_TIMEOUT_MS", -1, text, "must be an integer from 1 to 86400000 (a day)");
-  }
-  options.timeout = std::chrono::milliseconds(ms);
+  options.timeout = std::chrono::milliseconds(parse_env_integer("HELIXMLA_EXCHANGE_TIMEOUT_MS", text, 1, 86400000LL));
   return options;
 }
 
