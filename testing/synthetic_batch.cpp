@@ -35,10 +35,6 @@ void fill_random(std::vector<std::byte>& buffer, DType dtype, std::int64_t count
   }
 }
 
-}  // namespace
-
-namespace {
-
 // Request r's (q_len, kv_len): contexts first, generations cycling kv_len.
 std::pair<std::int32_t, std::int32_t> request_lengths(const BatchSpec& spec, std::int64_t r) {
   if (r < spec.contexts) return {spec.context_len, spec.context_len};

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "cuda/cuda_check.hpp"
 #include "cuda/dependent_launch.cuh"
 #include "cuda/dependent_launch.hpp"
 
@@ -120,12 +119,14 @@ exchange_kernel(Links links, Rows rows, const std::uint8_t* partial, const float
   cuda::allow_next_grid();
 }
 
-}  // namespace
-
+// Blocks every rank launches for this shape: the same on every rank, since
+// block b trades its flags with block b of every peer.
 int grid_blocks(const Rows& rows) {
   const long long total_rows = rows.tokens * rows.heads;
   return static_cast<int>(std::clamp<long long>((total_rows + 1) / 2, 1, kMaxBlocks));
 }
+
+}  // namespace
 
 void launch(const Links& links, const Rows& rows, const void* partial, const float* stats,
             std::uint64_t timeout_ns, void* stream) {

@@ -57,9 +57,6 @@ struct Rows {
   std::int64_t row_bytes = 0;  // one head's partial: width * element size
 };
 
-// Blocks every rank launches for this shape (the same on every rank).
-int grid_blocks(const Rows& rows);
-
 // Enqueues rank `links.rank`'s kernel on `stream` (current device = its GPU).
 void launch(const Links& links, const Rows& rows, const void* partial, const float* stats,
             std::uint64_t timeout_ns, void* stream);

@@ -15,17 +15,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
-#include <optional>
 #include <ostream>
-#include <random>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
-#include "compare.hpp"
-#include "device_batch.hpp"
 #include "dist/exchange.hpp"
 #include "dist/helix_driver.hpp"
 #include "dist/nccl_exchange.hpp"
@@ -33,7 +28,6 @@
 #include "helixmla/helix.hpp"
 #include "multigpu/multigpu_support.hpp"
 #include "support/helix_step.hpp"
-#include "synthetic_batch.hpp"
 
 extern char** environ;
 

@@ -10,18 +10,15 @@
 
 #include <chrono>
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "compare.hpp"
 #include "dist/helix_driver.hpp"
 #include "dist/peer_exchange.hpp"
 #include "helixmla/error.hpp"
 #include "multigpu/multigpu_support.hpp"
 #include "support/helix_step.hpp"
-#include "synthetic_batch.hpp"
 
 namespace helixmla {
 namespace {
