@@ -4,21 +4,13 @@
 
 #include <fstream>
 #include <map>
-#include <sstream>
 
+#include "comma_list.hpp"
 #include "helixmla/error.hpp"
 
 namespace helixmla::tools {
 
 namespace {
-
-std::vector<std::string> split_csv(const std::string& line) {
-  std::vector<std::string> fields;
-  std::stringstream stream(line);
-  std::string field;
-  while (std::getline(stream, field, ',')) fields.push_back(field);
-  return fields;
-}
 
 // Names a cell as "<file> line N <column>" so an error points into the file.
 std::string cell(const std::string& path, std::int64_t line, const char* column) {
@@ -48,7 +40,7 @@ std::vector<BenchCase> load_suite(const std::string& path) {
     ++number;
     if (!line.empty() && line.back() == '\r') line.pop_back();  // a file written with CRLF line ends
     if (number == 1 || line.empty()) continue;  // header
-    const auto f = split_csv(line);
+    const auto f = split_commas(line);
     if (f.size() < 7) {
       throw InvalidArgument(fmt::format("{} line {}", path, number), -1, line,
                             "expected 7 or 8 comma-separated columns: case,heads,q_len,batch,kv_len,page_size,kv_dtype[,note]");
