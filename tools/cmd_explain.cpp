@@ -102,10 +102,14 @@ void explain(const ExplainFlags& flags) {
     require_known_backend(flags.problem.backend, backends, "this build");
   }
   std::string table_path = flags.perf_table;
+  std::string table_field = "--perf-table";
   if (table_path.empty() && flags.profile.empty()) {
-    if (const char* from_env = std::getenv("HELIXMLA_PERF_TABLE")) table_path = from_env;
+    if (const char* from_env = std::getenv("HELIXMLA_PERF_TABLE")) {
+      table_path = from_env;
+      table_field = "HELIXMLA_PERF_TABLE";
+    }
   }
-  PerfTable table = table_path.empty() ? PerfTable{} : PerfTable::load(table_path);
+  PerfTable table = table_path.empty() ? PerfTable{} : PerfTable::load(table_path, table_field);
   const Selector selector(std::move(backends), env, std::move(table));
 
   std::vector<PhaseVerdict> verdicts;

@@ -1,6 +1,9 @@
 #include "core/json_input.hpp"
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "helixmla/error.hpp"
 
@@ -63,6 +66,18 @@ std::string brief_json(const nlohmann::json& value) {
     text = text.substr(0, cut) + "...";
   }
   return text;
+}
+
+std::string read_input_file(const std::string& path, const std::string& field, const std::string& what) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) {
+    throw InvalidArgument(field, -1, path, "is a directory, not a " + what + " file");
+  }
+  std::ifstream in(path);
+  if (!in) throw InvalidArgument(field, -1, path, "cannot be opened for reading");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 }  // namespace helixmla

@@ -19,6 +19,10 @@ inline constexpr int kMaxJsonDepth = 64;
 // or "text") when it is not JSON or nests deeper than kMaxJsonDepth.
 nlohmann::json parse_json_input(std::string_view text, const std::string& field, const std::string& origin);
 
+// The whole text of the file at `path`; a directory or an unreadable file
+// throws InvalidArgument naming `field` and saying it is not a `what` file.
+std::string read_input_file(const std::string& path, const std::string& field, const std::string& what);
+
 // `value` as JSON text, at most about 80 characters ("..." marks the cut).
 std::string brief_json(const nlohmann::json& value);
 

@@ -2,10 +2,8 @@
 
 #include <fmt/format.h>
 
-#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "core/json_input.hpp"
 #include "helixmla/error.hpp"
@@ -137,15 +135,7 @@ PerfTable PerfTable::from_json(const std::string& text, const std::string& origi
 }
 
 PerfTable PerfTable::load(const std::string& path, const std::string& field) {
-  std::error_code error;
-  if (std::filesystem::is_directory(path, error)) {
-    throw InvalidArgument(field, -1, path, "is a directory, not a performance table file");
-  }
-  std::ifstream in(path);
-  if (!in) throw InvalidArgument(field, -1, path, "cannot be opened for reading");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return from_json(text.str(), path);
+  return from_json(read_input_file(path, field, "performance table"), path);
 }
 
 void PerfTable::save(const std::string& path) const {

@@ -7,11 +7,9 @@
 #include <bit>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
-#include <sstream>
 
 #include "core/shipped_data.hpp"
 #include "core/json_input.hpp"
@@ -723,15 +721,7 @@ Profile parse_profile(const std::string& json_text, const std::string& origin) {
 }
 
 Profile load_profile_file(const std::string& path) {
-  std::error_code error;
-  if (std::filesystem::is_directory(path, error)) {
-    throw InvalidArgument("profile", -1, path, "is a directory, not a profile file");
-  }
-  std::ifstream in(path);
-  if (!in) throw InvalidArgument("profile", -1, path, "cannot be opened for reading");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_profile(text.str(), path);
+  return parse_profile(read_input_file(path, "profile", "profile"), path);
 }
 
 std::vector<std::string> profile_search_dirs() {
