@@ -39,10 +39,11 @@
 //   accumulator layout is P's A-operand layout), so one barrier per tile
 //   less and no P round trip; the rescale of O is skipped when no row max
 //   moved.
-// - fp8 e4m3 KV lands in shared memory as bytes and is widened to the
-//   16-bit MMA type (exact: every e4m3 value is a bf16/fp16 value); the
-//   per-tensor KV scale is folded into the softmax scale and the output
-//   scale. wgmma widens whole tiles into shared memory (its operands come
+// - fp8 e4m3 KV lands in shared memory as bytes and is widened to fp16
+//   (exact: every e4m3 value is an fp16 value; one instruction per pair,
+//   bf16 would take four), so its matrix steps run in fp16 whatever Q's
+//   type, bf16 Q scaled by a power of two per block; the per-tensor KV
+//   scale is folded into the softmax scale and the output scale. wgmma widens whole tiles into shared memory (its operands come
 //   from there), two tiles ahead, behind the matrix steps. mma.sync widens
 //   in registers straight into its B fragments: a widened copy in shared
 //   memory cost more shared-memory traffic than the 16-bit path has in all.
@@ -231,19 +232,14 @@ __device__ __forceinline__ u32 pack2(float lo, float hi) {
   return r;
 }
 
-// Two e4m3 values (low byte first) to a packed pair of the MMA type, exactly.
-template <int ELEM>
+// Two e4m3 values (low byte first) to a packed fp16 pair, exactly, in one
+// instruction: the reason fp8 KV runs its matrix steps in fp16.
 __device__ __forceinline__ u32 widen_fp8x2(u32 two_bytes) {
   u32 h2;
   asm("{\n .reg .b16 lo;\n cvt.u16.u32 lo, %1;\n cvt.rn.f16x2.e4m3x2 %0, lo;\n}\n"
       : "=r"(h2)
       : "r"(two_bytes));
-  if constexpr (ELEM == kElemFp16) return h2;
-  float lo, hi;
-  asm("{\n .reg .b16 a, b;\n mov.b32 {a, b}, %2;\n cvt.f32.f16 %0, a;\n cvt.f32.f16 %1, b;\n}\n"
-      : "=f"(lo), "=f"(hi)
-      : "r"(h2));
-  return pack2<kElemBf16>(lo, hi);
+  return h2;
 }
 
 // prmt: byte i of the result is byte (sel >> 4 i) & 7 of {hi:lo}.
@@ -397,6 +393,7 @@ __device__ __forceinline__ int visible_kv(int kv_len, int q_len, int t) {
 template <int M, int PAGE, int ELEM, int KV, int ENGINE>
 __device__ __forceinline__ void decode_tile(const Params& p) {
   typedef Config<M, KV, ENGINE> C;
+  constexpr int MMA = KV == kKvFp8 ? kElemFp16 : ELEM;  // the matrix steps' input type
   constexpr int T = kTileTokens;
   constexpr int MT = C::kMTiles;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -527,6 +524,80 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     }
   }
 
+  // fp8 KV runs the matrix steps in fp16, whatever Q's type: one
+  // cvt.rn.f16x2.e4m3x2 widens two values exactly, where bf16 takes four
+  // instructions. bf16 Q becomes fp16 scaled by 2^-k, k chosen per block
+  // so that the largest |Q| lands in [2^14, 2^15) (fp16 has the finer
+  // mantissa but not bf16's range); 2^k goes into the softmax scale. mma.sync also
+  // reorders each k16 step's 16 Q columns so that one four-byte load of K
+  // gives both B fragment registers (see the S loop).
+  float scale_log2 = p.scale_log2;
+  if constexpr (KV == kKvFp8) {
+    constexpr int kSmemSteps = kHeadDim / 16 - 4 * C::kQRegBlocks;  // k16 steps of Q in shared memory
+    cp_async_wait<C::kStages - 2>();  // Q travels in the first group
+    __syncthreads();
+    float q_scale = 1.0f;
+    if constexpr (ELEM == kElemBf16) {
+      u32 top = 0;  // largest |Q| bit pattern (sign dropped) of this thread's values
+      auto take = [&](u32 pair) {
+        const u32 lo = pair & 0x7fffu;
+        const u32 hi = (pair >> 16) & 0x7fffu;
+        top = top > lo ? top : lo;
+        top = top > hi ? top : hi;
+      };
+      const u32* q_words = reinterpret_cast<const u32*>(q_s);
+      for (int i = tid; i < C::kQBytes / 4; i += kThreads) take(q_words[i]);
+#pragma unroll
+      for (int i = 0; i < C::kQRegSteps; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) take(q_frag[i][j]);
+      asm("redux.sync.max.u32 %0, %0, 0xffffffff;\n" : "+r"(top));
+      u32* top_s = reinterpret_cast<u32*>(smem + C::kSOffset);  // free until the loop
+      if (lane == 0) top_s[warp] = top;
+      __syncthreads();
+#pragma unroll
+      for (int i = 0; i < kThreads / 32; ++i) top = top > top_s[i] ? top : top_s[i];
+      // Exponent field f: 2^(f - 127) <= max |Q| < 2^(f - 126), so k = f - 141
+      // puts it in [2^14, 2^15): below fp16's limit, and smaller values keep
+      // full precision down to 2^-29 of it. Inf and NaN (f = 255) pass
+      // through unscaled; k stays where 2^k and 2^-k are normal floats.
+      const int field = static_cast<int>(top >> 7);
+      const int k = field == 255 ? 0 : (field - 141 < -126 ? -126 : field - 141);
+      q_scale = __int_as_float((127 - k) << 23);
+      scale_log2 *= __int_as_float((127 + k) << 23);
+    }
+    auto to_mma_type = [&](u32 pair) -> u32 {
+      if constexpr (ELEM == kElemBf16) {
+        return pack2<kElemFp16>(__uint_as_float(pair << 16) * q_scale,
+                                __uint_as_float(pair & 0xffff0000u) * q_scale);
+      }
+      return pair;
+    };
+    for (int i = tid; i < (ELEM == kElemBf16 || !C::kWgmma ? M * kSmemSteps : 0); i += kThreads) {
+      const int r = i % M;
+      const int step = i / M;
+      uint4* c0 = reinterpret_cast<uint4*>(q_s + swizzled(M, r, 2 * step));
+      uint4* c1 = reinterpret_cast<uint4*>(q_s + swizzled(M, r, 2 * step + 1));
+      const uint4 a = *c0;
+      const uint4 b = *c1;
+      if constexpr (C::kWgmma) {
+        *c0 = make_uint4(to_mma_type(a.x), to_mma_type(a.y), to_mma_type(a.z), to_mma_type(a.w));
+        *c1 = make_uint4(to_mma_type(b.x), to_mma_type(b.y), to_mma_type(b.z), to_mma_type(b.w));
+      } else {
+        // Column pairs 0..7 of the step as (0, 2, 4, 6 | 1, 3, 5, 7): fragment
+        // columns 2 c4 (+1) then hold columns 4 c4 (+1), and 2 c4 + 8 (+1)
+        // hold 4 c4 + 2 (+3).
+        *c0 = make_uint4(to_mma_type(a.x), to_mma_type(a.z), to_mma_type(b.x), to_mma_type(b.z));
+        *c1 = make_uint4(to_mma_type(a.y), to_mma_type(a.w), to_mma_type(b.y), to_mma_type(b.w));
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < C::kQRegSteps; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) q_frag[i][j] = to_mma_type(q_frag[i][j]);
+    __syncthreads();
+  }
+
   // O accumulators. mma.sync: [mt][nt][4] for rows 16 mt + g (+8), columns
   // 64 warp + 8 nt + 2 c4 (+1). wgmma: [j][4] for rows 16 wg_warp + g (+8),
   // columns 256 wg + 8 j + 2 c4 (+1). Both are 128 floats for 64 rows.
@@ -562,14 +633,14 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
         const u64 db = k_desc + static_cast<u64>(((i >> 1) * (T * 128) + (i & 1) * 64) >> 4);
         if (i < C::kQRegSteps) {
           if (i == 0) {
-            wgmma_m64n32k16_rs<ELEM, false>(d, q_frag[i], db);
+            wgmma_m64n32k16_rs<MMA, false>(d, q_frag[i], db);
           } else {
-            wgmma_m64n32k16_rs<ELEM, true>(d, q_frag[i], db);
+            wgmma_m64n32k16_rs<MMA, true>(d, q_frag[i], db);
           }
         } else if (i == 0) {
-          wgmma_m64n32k16_ss<ELEM, false>(d, da, db);
+          wgmma_m64n32k16_ss<MMA, false>(d, da, db);
         } else {
-          wgmma_m64n32k16_ss<ELEM, true>(d, da, db);
+          wgmma_m64n32k16_ss<MMA, true>(d, da, db);
         }
       }
       wgmma_commit();
@@ -624,8 +695,8 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int pos = start + 8 * j + 2 * c4 + e;
-          s_acc[4 * j + e] = pos < bound_lo ? s_acc[4 * j + e] * p.scale_log2 : neg_inf();
-          s_acc[4 * j + 2 + e] = pos < bound_hi ? s_acc[4 * j + 2 + e] * p.scale_log2 : neg_inf();
+          s_acc[4 * j + e] = pos < bound_lo ? s_acc[4 * j + e] * scale_log2 : neg_inf();
+          s_acc[4 * j + 2 + e] = pos < bound_hi ? s_acc[4 * j + 2 + e] * scale_log2 : neg_inf();
           max_lo = fmaxf(max_lo, s_acc[4 * j + e]);
           max_hi = fmaxf(max_hi, s_acc[4 * j + 2 + e]);
         }
@@ -673,14 +744,14 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
 #pragma unroll
       for (int kk = 0; kk < T / 16; ++kk) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) pa[kk][i] = pack2<ELEM>(s_acc[8 * kk + 2 * i], s_acc[8 * kk + 2 * i + 1]);
+        for (int i = 0; i < 4; ++i) pa[kk][i] = pack2<MMA>(s_acc[8 * kk + 2 * i], s_acc[8 * kk + 2 * i + 1]);
       }
       pin_registers(acc);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < T / 16; ++kk) {
         const u64 dv = v_desc + static_cast<u64>((kk * 16 * 128) >> 4);
-        wgmma_m64n256k16_rs<ELEM>(acc, pa[kk], dv);
+        wgmma_m64n256k16_rs<MMA>(acc, pa[kk], dv);
       }
       wgmma_commit();
     }
@@ -700,8 +771,8 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
         u32 pairs[8];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          pairs[2 * i] = widen_fp8x2<ELEM>(words[i] & 0xffffu);
-          pairs[2 * i + 1] = widen_fp8x2<ELEM>(words[i] >> 16);
+          pairs[2 * i] = widen_fp8x2(words[i] & 0xffffu);
+          pairs[2 * i + 1] = widen_fp8x2(words[i] >> 16);
         }
         *reinterpret_cast<uint4*>(wide + swizzled(T, load_tok, 2 * c)) =
             make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
@@ -804,10 +875,11 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
         a_off[j] = a_row * 128 + (((2 * q4 + (lane >> 4)) ^ (a_row & 7)) << 4);
         b_off[j] = b_tok * 128 + (((2 * q4 + ((lane >> 3) & 1)) ^ (b_tok & 7)) << 4);
       }
-      // fp8: this thread's B fragments are K[token][k, k + 1] at k = 2 c4
-      // and 2 c4 + 8 of the step, tokens g and g + 8 of its half: two-byte
-      // loads from the fp8 rows, widened in registers.
-      const unsigned char* k_bytes = kv + (s_wn * 16 + g) * C::kFp8RowBytes + 2 * c4;
+      // fp8: this thread's B fragments are K[token][k .. k + 3] at k = 4 c4
+      // of the step (Q's columns were reordered to match), tokens g and
+      // g + 8 of its half: one four-byte load from the fp8 rows each,
+      // widened in registers.
+      const unsigned char* k_bytes = kv + (s_wn * 16 + g) * C::kFp8RowBytes + 4 * c4;
 #pragma unroll
       for (int i = 0; i < C::kKSteps; ++i) {
         const int block = i / kQ;
@@ -815,15 +887,17 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
         ldmatrix_x4(a, q_s + block * (M * 128) + a_off[i % kQ]);
         if constexpr (KV == kKvFp8) {
           const unsigned char* kb = k_bytes + 16 * (4 * block + s_wk + C::kWarpsK * (i % kQ));
-          b[0] = widen_fp8x2<ELEM>(*reinterpret_cast<const u16*>(kb));
-          b[1] = widen_fp8x2<ELEM>(*reinterpret_cast<const u16*>(kb + 8));
-          b[2] = widen_fp8x2<ELEM>(*reinterpret_cast<const u16*>(kb + 8 * C::kFp8RowBytes));
-          b[3] = widen_fp8x2<ELEM>(*reinterpret_cast<const u16*>(kb + 8 * C::kFp8RowBytes + 8));
+          const u32 lo = *reinterpret_cast<const u32*>(kb);
+          const u32 hi = *reinterpret_cast<const u32*>(kb + 8 * C::kFp8RowBytes);
+          b[0] = widen_fp8x2(lo & 0xffffu);
+          b[1] = widen_fp8x2(lo >> 16);
+          b[2] = widen_fp8x2(hi & 0xffffu);
+          b[3] = widen_fp8x2(hi >> 16);
         } else {
           ldmatrix_x4(b, kv + block * (T * 128) + b_off[i % kQ]);
         }
-        mma_16816<ELEM>(s_acc[0], a, b[0], b[1]);
-        mma_16816<ELEM>(s_acc[1], a, b[2], b[3]);
+        mma_16816<MMA>(s_acc[0], a, b[0], b[1]);
+        mma_16816<MMA>(s_acc[1], a, b[2], b[3]);
       }
       float* sb = s_buf + s_wk * M * C::kSStride;
 #pragma unroll
@@ -846,7 +920,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
           float s = 0.0f;
 #pragma unroll
           for (int k = 0; k < C::kWarpsK; ++k) s += s_buf[(k * M + srow) * C::kSStride + stok + i];
-          v[i] = start + stok + i < bound ? s * p.scale_log2 : neg_inf();
+          v[i] = start + stok + i < bound ? s * scale_log2 : neg_inf();
           tile_max = fmaxf(tile_max, v[i]);
         }
 #pragma unroll
@@ -870,7 +944,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
         m_run = m_new;
         u32 packed[C::kRowTokens / 2];
 #pragma unroll
-        for (int i = 0; i < C::kRowTokens / 2; ++i) packed[i] = pack2<ELEM>(v[2 * i], v[2 * i + 1]);
+        for (int i = 0; i < C::kRowTokens / 2; ++i) packed[i] = pack2<MMA>(v[2 * i], v[2 * i + 1]);
         unsigned char* dst = p_s + p_offset(srow, stok >> 3) + (stok & 7) * 2;
         if constexpr (C::kRowTokens == 2) {
           *reinterpret_cast<u32*>(dst) = packed[0];
@@ -940,11 +1014,11 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
               const u32 hi = byte_perm(t8, t9, sel);
 #pragma unroll
               for (int e = 0; e < 2; ++e) {
-                const u32 b0 = widen_fp8x2<ELEM>(e == 0 ? lo & 0xffffu : lo >> 16);
-                const u32 b1 = widen_fp8x2<ELEM>(e == 0 ? hi & 0xffffu : hi >> 16);
+                const u32 b0 = widen_fp8x2(e == 0 ? lo & 0xffffu : lo >> 16);
+                const u32 b1 = widen_fp8x2(e == 0 ? hi & 0xffffu : hi >> 16);
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
-                  mma_16816<ELEM>(*reinterpret_cast<float(*)[4]>(&acc[(mt * 8 + cg * 4 + 2 * jp + e) * 4]), pa[mt], b0, b1);
+                  mma_16816<MMA>(*reinterpret_cast<float(*)[4]>(&acc[(mt * 8 + cg * 4 + 2 * jp + e) * 4]), pa[mt], b0, b1);
                 }
               }
             }
@@ -958,8 +1032,8 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
             for (int mt = 0; mt < MT; ++mt) {
               float(&lo)[4] = *reinterpret_cast<float(*)[4]>(&acc[(mt * 8 + 2 * np) * 4]);
               float(&hi)[4] = *reinterpret_cast<float(*)[4]>(&acc[(mt * 8 + 2 * np + 1) * 4]);
-              mma_16816<ELEM>(lo, pa[mt], b[0], b[1]);
-              mma_16816<ELEM>(hi, pa[mt], b[2], b[3]);
+              mma_16816<MMA>(lo, pa[mt], b[0], b[1]);
+              mma_16816<MMA>(hi, pa[mt], b[2], b[3]);
             }
           }
         }

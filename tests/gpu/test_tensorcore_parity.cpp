@@ -7,6 +7,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -137,6 +138,27 @@ TEST(TensorcoreScale, SixteenBitKvScaleIsApplied) {
     spec.kv_scale = 0.5f;
     SyntheticBatch host(spec);
     expect_parity(host, label_of(spec) + " kv_scale 0.5");
+  }
+}
+
+// fp8 KV runs its matrix steps in fp16, with bf16 queries scaled per block
+// by a power of two: queries far beyond fp16's range, or deep below its
+// normal range, must match as well. The queries are multiplied by 2^e and
+// the softmax scale by 2^-e, exactly, so the answer is the unscaled one.
+TEST(TensorcoreFp8, BfloatQueriesOutsideFp16RangeMatch) {
+  SKIP_WITHOUT_TENSORCORE();
+  for (const int e : {40, -40}) {
+    for (std::int32_t heads : {16, 24, 48}) {  // row tiles of 16, 32 and 64
+      BatchSpec spec = decode_spec(heads, 2, 64, DType::fp8_e4m3);
+      SyntheticBatch host(spec);
+      const std::int64_t count = static_cast<std::int64_t>(host.q_bytes() / dtype_size(spec.q_dtype));
+      for (std::int64_t i = 0; i < count; ++i) {
+        store_from_float(host.q_.data(), spec.q_dtype, i,
+                         std::ldexp(load_as_float(host.q_.data(), spec.q_dtype, i), e));
+      }
+      host.softmax_scale_ = std::ldexp(host.softmax_scale_, -e);
+      expect_parity(host, label_of(spec) + " Q x 2^" + std::to_string(e));
+    }
   }
 }
 
