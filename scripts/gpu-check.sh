@@ -99,7 +99,7 @@ if step bench; then
 fi
 if step variants; then
   # A/B of compile-time kernel choices: the binary rebuilt once per entry of
-  # HELIXMLA_VARIANT_FLAGS (';'-separated CUDA flags, e.g.
+  # HELIXMLA_VARIANT_FLAGS (';'-separated flags for the CUDA and C++ compilers, e.g.
   # "-DHELIXMLA_TC_Q_REG_STEPS_16BIT=8;-DHELIXMLA_TC_Q_REG_STEPS_16BIT=16"), each timed
   # on HELIXMLA_VARIANT_CASES in the same session as the default build.
   IFS=';' read -r -a variant_flags <<<"${HELIXMLA_VARIANT_FLAGS:-}"
@@ -107,7 +107,8 @@ if step variants; then
   for i in "${!variant_flags[@]}"; do
     [ "$(elapsed)" -ge "$budget" ] && { summary+=("variant ${variant_flags[$i]}: skipped, time budget spent"); continue; }
     vb="$build-variant$i"
-    configure "$vb" -DHELIXMLA_BUILD_TESTS=OFF -DCMAKE_CUDA_FLAGS="${variant_flags[$i]}" >"$out/variant$i.log" 2>&1 &&
+    configure "$vb" -DHELIXMLA_BUILD_TESTS=OFF -DCMAKE_CUDA_FLAGS="${variant_flags[$i]}" \
+      -DCMAKE_CXX_FLAGS="${variant_flags[$i]}" >"$out/variant$i.log" 2>&1 &&
       ninja -C "$vb" -j "$(nproc)" helixmla >>"$out/variant$i.log" 2>&1 &&
       timeout "$(within 120)" "$vb/helixmla" bench --cases "$cases" >"$out/variant$i.txt" 2>&1
     summary+=("variant $i (${variant_flags[$i]}): exit $? [$(elapsed) s]")

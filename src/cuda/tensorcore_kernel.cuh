@@ -65,6 +65,16 @@ namespace helixmla_tc {
 #define HELIXMLA_TC_Q_REG_STEPS_FP8 16
 #endif
 
+// 16-row fp8 tiles: KV stages and blocks per SM (A/B runs as above). Two
+// stages leave room for a third block per SM (78 registers, no spills):
+// case 11 278 us against 291 with four stages and two blocks (session 7).
+#ifndef HELIXMLA_TC_M16_FP8_STAGES
+#define HELIXMLA_TC_M16_FP8_STAGES 2
+#endif
+#ifndef HELIXMLA_TC_M16_FP8_BLOCKS_PER_SM
+#define HELIXMLA_TC_M16_FP8_BLOCKS_PER_SM 3
+#endif
+
 // Element kinds of the matrix inputs: Q (and out) type, and KV storage.
 enum ElemKind { kElemBf16 = 0, kElemFp16 = 1 };
 enum KvKind { kKvSameAsQ = 0, kKvFp8 = 1 };
@@ -130,8 +140,9 @@ struct Config {
       kWgmma ? (KV == kKvFp8 ? HELIXMLA_TC_Q_REG_STEPS_FP8 : HELIXMLA_TC_Q_REG_STEPS_16BIT) : 0;
   static_assert(kQRegSteps % 2 == 0 && kQRegSteps <= 36 / kWarpsK, "Q registers cover whole 64-column blocks");
   static constexpr int kQRegBlocks = kQRegSteps / 2;
-  static constexpr int kStages = M == 16 ? (KV == kKvFp8 ? 4 : 2) : (KV == kKvFp8 || M == 32 || kWgmma ? 4 : 3);
-  static constexpr int kBlocksPerSm = M == 16 ? 2 : 1;
+  static constexpr int kStages =
+      M == 16 ? (KV == kKvFp8 ? HELIXMLA_TC_M16_FP8_STAGES : 2) : (KV == kKvFp8 || M == 32 || kWgmma ? 4 : 3);
+  static constexpr int kBlocksPerSm = M == 16 ? (KV == kKvFp8 ? HELIXMLA_TC_M16_FP8_BLOCKS_PER_SM : 2) : 1;
   static constexpr int kSStride = kTileTokens + 8;  // floats; keeps S stores conflict-free
 
   static constexpr int kQBytes = M * (kRowBytes16 - kQRegBlocks * 128);

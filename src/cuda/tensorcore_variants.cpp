@@ -44,7 +44,9 @@ int TensorcoreVariant::smem_bytes() const {
 }
 
 int TensorcoreVariant::blocks_per_sm() const {
-  return rows == 16 ? helixmla_tc::Config<16, helixmla_tc::kKvSameAsQ>::kBlocksPerSm : 1;
+  if (rows != 16) return 1;
+  return kv_kind() == helixmla_tc::kKvFp8 ? helixmla_tc::Config<16, helixmla_tc::kKvFp8>::kBlocksPerSm
+                                          : helixmla_tc::Config<16, helixmla_tc::kKvSameAsQ>::kBlocksPerSm;
 }
 
 std::string TensorcoreVariant::name() const {
