@@ -12,13 +12,18 @@ namespace helixmla::cuda {
 
 namespace {
 
-// A block combines one row's splits for a slice of 128 columns (a float4 per
-// lane) with LANES warps: warp w takes splits w, w + LANES, ... and the warps'
-// sums meet in shared memory. Rows with a hundred splits (a few long requests
-// split across the whole GPU) take 16 warps, so many loads are in flight
-// instead of one chain of dependent iterations; rows with a few splits (many
-// requests, the common case) take one warp, as 16 mostly idle warps per row
-// made such combines several times slower.
+// Two shapes of kernel, by the largest split count:
+// - Rows with a few splits (many requests, the common case): a warp per
+//   row over all its columns, eight rows to a block, each lane with four
+//   float4 loads per split in flight. One single-warp block per (row, 128
+//   columns) took 23 us for the 4096 two-split rows of suite case 3 (17
+//   MB) on an H200: four times the segment lookups and stats loads, each
+//   a dependent round trip, and blocks too small to hide them.
+// - Rows with a hundred splits (a few long requests split across the whole
+//   GPU): a block per (row, 128 columns) with 16 warps, warp w taking
+//   splits w, w + 16, ..., whose sums meet in shared memory, so many loads
+//   are in flight instead of one chain of dependent iterations.
+constexpr int kRowsPerBlock = 8;
 constexpr int kColumnsPerBlock = 32 * 4;
 constexpr int kWideLanes = 16;
 constexpr int kWideFromSplits = 16;
@@ -57,105 +62,166 @@ struct MaxSum {
   }
 };
 
-// Merges one MaxSum per thread over the block; every thread gets the result.
-template <int LANES>
-__device__ MaxSum block_merge(MaxSum v, float2* scratch) {
+// Merges one MaxSum per lane over the warp; every lane gets the result.
+__device__ MaxSum warp_merge(MaxSum v) {
   for (int offset = 16; offset > 0; offset /= 2) {
     v.add(__shfl_xor_sync(0xffffffffu, v.m, offset), __shfl_xor_sync(0xffffffffu, v.l, offset));
-  }
-  if constexpr (LANES > 1) {
-    if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = make_float2(v.m, v.l);
-    __syncthreads();
-    v = MaxSum{};
-    for (int w = 0; w < LANES; ++w) v.add(scratch[w].x, scratch[w].y);
   }
   return v;
 }
 
-template <typename Out, int LANES>
-__global__ void __launch_bounds__(32 * LANES) split_combine_kernel(SplitCombineArgs args) {
+// One output row's splits: where its entries start, their merged
+// statistics, and each split's weight in the output (0 for splits that saw
+// nothing, whose partials may be unwritten, any bits, NaN included, and
+// never reach the output). Loads of those partials carry no branch, so a
+// warp has a whole unrolled group of them in flight instead of one
+// stats-then-partial round trip per split.
+struct RowSplits {
+  std::int64_t first = 0;  // entry of split 0
+  std::int64_t out_row = 0;
+  int splits = 0;
+  const float2* stats = nullptr;
+  MaxSum total;
+
+  __device__ RowSplits(const SplitCombineArgs& args, std::int64_t row) {
+    const SplitSegment seg = args.segments[find_segment(args.segments, args.num_segments, row)];
+    const std::int64_t i = row - seg.first_partial_row;
+    first = seg.first_entry + i * seg.splits;
+    out_row = seg.first_out_row + i;
+    splits = seg.splits;
+    stats = reinterpret_cast<const float2*>(args.partial_stats) + first;
+  }
+  __device__ bool empty() const { return !(total.l > 0.0f); }
+  __device__ float weight(int s) const {
+    const float2 ml = stats[s];
+    return contributes(ml.x, ml.y) ? ml.y * __expf(ml.x - total.m) / total.l : 0.0f;
+  }
+  __device__ void write_stats(const SplitCombineArgs& args) const {
+    if (args.stats == nullptr) return;
+    args.stats[out_row * 2] = empty() ? -INFINITY : total.m;
+    args.stats[out_row * 2 + 1] = empty() ? 0.0f : total.l;
+  }
+};
+
+__device__ void add_weighted(float4& acc, float w, float4 o) {
+  if (w != 0.0f) {
+    acc.x += w * o.x;
+    acc.y += w * o.y;
+    acc.z += w * o.z;
+    acc.w += w * o.w;
+  }
+}
+
+template <typename Out>
+__global__ void __launch_bounds__(32 * kRowsPerBlock) split_combine_rows_kernel(SplitCombineArgs args) {
   // A kernel launched early after this one (a Helix exchange) may start its
   // prologue now; it still waits for this grid before reading the output.
   cuda::allow_next_grid();
-  constexpr int kThreads = 32 * LANES;
-  __shared__ float2 merge_s[LANES];
-  __shared__ float4 lane_sums_s[LANES > 1 ? LANES - 1 : 1][32];
-  const std::int64_t row = blockIdx.x;
-  const SplitSegment seg = args.segments[find_segment(args.segments, args.num_segments, row)];
-  const std::int64_t i = row - seg.first_partial_row;
-  const std::int64_t first = seg.first_entry + i * seg.splits;
-  const float2* stats = reinterpret_cast<const float2*>(args.partial_stats) + first;
-
-  MaxSum total;
-  for (int s = threadIdx.x; s < seg.splits; s += kThreads) total.add(stats[s].x, stats[s].y);
-  total = block_merge<LANES>(total, merge_s);
-  const float m_max = total.m;
-  const bool empty = !(total.l > 0.0f);
-  const float inv_sum = empty ? 0.0f : 1.0f / total.l;
-  // A split's weight in the output; 0 for splits that saw nothing, whose
-  // partials may be unwritten (any bits, NaN included) and never reach the
-  // output. In the float4 path below they are loaded all the same: the
-  // loads carry no branch, so a warp has a whole unrolled group of them in
-  // flight instead of one stats-then-partial round trip per split.
-  auto weight = [&](float2 ml) { return contributes(ml.x, ml.y) ? ml.y * __expf(ml.x - m_max) * inv_sum : 0.0f; };
-
-  const std::int64_t out_row = seg.first_out_row + i;
+  const std::int64_t row = std::int64_t{blockIdx.x} * kRowsPerBlock + threadIdx.x / 32;
+  if (row >= args.total_rows) return;
+  const int lane = threadIdx.x % 32;
+  RowSplits r(args, row);
+  for (int s = lane; s < r.splits; s += 32) r.total.add(r.stats[s].x, r.stats[s].y);
+  r.total = warp_merge(r.total);
   const int rank = args.kv_lora_rank;
-  Out* out = static_cast<Out*>(args.out) + out_row * rank;
-  const float* partial = args.partial_out + first * rank;
+  Out* out = static_cast<Out*>(args.out) + r.out_row * rank;
+  const float* partial = args.partial_out + r.first * rank;
+  if (rank % 4 == 0) {
+    // 512 columns per pass: four float4 per lane.
+    for (int d0 = 0; d0 < rank; d0 += 4 * kColumnsPerBlock) {
+      float4 acc[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      for (int s = 0; s < r.splits && !r.empty(); ++s) {
+        const float w = r.weight(s);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int d = d0 + j * kColumnsPerBlock + lane * 4;
+          if (d < rank) add_weighted(acc[j], w, *reinterpret_cast<const float4*>(partial + std::int64_t{s} * rank + d));
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int d = d0 + j * kColumnsPerBlock + lane * 4;
+        if (d < rank) {
+          PairCodec<Out>::store(out, d, acc[j].x, acc[j].y);
+          PairCodec<Out>::store(out, d + 2, acc[j].z, acc[j].w);
+        }
+      }
+    }
+  } else {
+    for (int d = lane; d < rank; d += 32) {
+      float acc = 0.0f;
+      for (int s = 0; s < r.splits && !r.empty(); ++s) {
+        const float w = r.weight(s);
+        if (w != 0.0f) acc += w * partial[std::int64_t{s} * rank + d];
+      }
+      out[d] = Out(acc);
+    }
+  }
+  if (lane == 0) r.write_stats(args);
+}
+
+template <typename Out>
+__global__ void __launch_bounds__(32 * kWideLanes) split_combine_wide_kernel(SplitCombineArgs args) {
+  cuda::allow_next_grid();  // as above
+  constexpr int kThreads = 32 * kWideLanes;
+  __shared__ float2 merge_s[kWideLanes];
+  __shared__ float4 lane_sums_s[kWideLanes - 1][32];
+  RowSplits r(args, blockIdx.x);
+  for (int s = threadIdx.x; s < r.splits; s += kThreads) r.total.add(r.stats[s].x, r.stats[s].y);
+  r.total = warp_merge(r.total);
+  if (threadIdx.x % 32 == 0) merge_s[threadIdx.x / 32] = make_float2(r.total.m, r.total.l);
+  __syncthreads();
+  r.total = MaxSum{};
+  for (int w = 0; w < kWideLanes; ++w) r.total.add(merge_s[w].x, merge_s[w].y);
+
+  const int rank = args.kv_lora_rank;
+  Out* out = static_cast<Out*>(args.out) + r.out_row * rank;
+  const float* partial = args.partial_out + r.first * rank;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (rank % 4 == 0) {
     const int d = blockIdx.y * kColumnsPerBlock + lane * 4;
     float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (d < rank && !empty) {
+    if (d < rank && !r.empty()) {
 #pragma unroll 8
-      for (int s = warp; s < seg.splits; s += LANES) {
-        const float w = weight(stats[s]);
-        const float4 o = *reinterpret_cast<const float4*>(partial + std::int64_t{s} * rank + d);
-        if (w != 0.0f) {
-          acc.x += w * o.x;
-          acc.y += w * o.y;
-          acc.z += w * o.z;
-          acc.w += w * o.w;
-        }
+      for (int s = warp; s < r.splits; s += kWideLanes) {
+        add_weighted(acc, r.weight(s), *reinterpret_cast<const float4*>(partial + std::int64_t{s} * rank + d));
       }
     }
     if (warp > 0) lane_sums_s[warp - 1][lane] = acc;
     __syncthreads();
     if (warp == 0 && d < rank) {
-      for (int w = 0; w < LANES - 1; ++w) {
-        const float4 other = lane_sums_s[w][lane];
-        acc.x += other.x;
-        acc.y += other.y;
-        acc.z += other.z;
-        acc.w += other.w;
-      }
+      for (int w = 0; w < kWideLanes - 1; ++w) add_weighted(acc, 1.0f, lane_sums_s[w][lane]);
       PairCodec<Out>::store(out, d, acc.x, acc.y);
       PairCodec<Out>::store(out, d + 2, acc.z, acc.w);
     }
   } else {
     for (int d = threadIdx.x; d < rank; d += kThreads) {
       float acc = 0.0f;
-      for (int s = 0; s < seg.splits && !empty; ++s) {
-        const float w = weight(stats[s]);
+      for (int s = 0; s < r.splits && !r.empty(); ++s) {
+        const float w = r.weight(s);
         if (w != 0.0f) acc += w * partial[std::int64_t{s} * rank + d];
       }
       out[d] = Out(acc);
     }
   }
-  if (args.stats != nullptr && blockIdx.y == 0 && threadIdx.x == 0) {
-    args.stats[out_row * 2] = empty ? -INFINITY : m_max;
-    args.stats[out_row * 2 + 1] = empty ? 0.0f : total.l;
-  }
+  if (blockIdx.y == 0 && threadIdx.x == 0) r.write_stats(args);
 }
 
 template <typename Out>
-void launch_for(const SplitCombineArgs& args, dim3 grid, cudaStream_t stream) {
+void launch_for(const SplitCombineArgs& args, cudaStream_t stream) {
   if (args.max_splits >= kWideFromSplits) {
-    split_combine_kernel<Out, kWideLanes><<<grid, 32 * kWideLanes, 0, stream>>>(args);
+    const unsigned column_blocks =
+        args.kv_lora_rank % 4 == 0
+            ? static_cast<unsigned>((args.kv_lora_rank + kColumnsPerBlock - 1) / kColumnsPerBlock)
+            : 1u;
+    split_combine_wide_kernel<Out>
+        <<<dim3(static_cast<unsigned>(args.total_rows), column_blocks), 32 * kWideLanes, 0, stream>>>(args);
   } else {
-    split_combine_kernel<Out, 1><<<grid, 32, 0, stream>>>(args);
+    const auto blocks = static_cast<unsigned>((args.total_rows + kRowsPerBlock - 1) / kRowsPerBlock);
+    split_combine_rows_kernel<Out><<<blocks, 32 * kRowsPerBlock, 0, stream>>>(args);
   }
 }
 
@@ -170,16 +236,12 @@ void launch_split_combine(const SplitCombineArgs& args, cudaStream_t stream) {
   if (args.kv_lora_rank <= 0) {
     throw InvalidArgument("kv_lora_rank", -1, std::to_string(args.kv_lora_rank), "must be positive");
   }
-  const unsigned column_blocks =
-      args.kv_lora_rank % 4 == 0 ? static_cast<unsigned>((args.kv_lora_rank + kColumnsPerBlock - 1) / kColumnsPerBlock)
-                                 : 1u;
-  const dim3 grid(static_cast<unsigned>(args.total_rows), column_blocks);
   switch (args.out_dtype) {
     case DType::bf16:
-      launch_for<__nv_bfloat16>(args, grid, stream);
+      launch_for<__nv_bfloat16>(args, stream);
       break;
     case DType::fp16:
-      launch_for<__half>(args, grid, stream);
+      launch_for<__half>(args, stream);
       break;
     default:
       throw InvalidArgument("out_dtype", -1, std::string(to_string(args.out_dtype)),
