@@ -5,7 +5,6 @@
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/dependent_launch.cuh"
-#include "cuda/dependent_launch.hpp"
 #include "cuda/pair_codec.cuh"
 #include "helixmla/error.hpp"
 
@@ -115,10 +114,8 @@ __device__ void add_weighted(float4& acc, float w, float4 o) {
 
 template <typename Out>
 __global__ void __launch_bounds__(32 * kRowsPerBlock) split_combine_rows_kernel(SplitCombineArgs args) {
-  // Launched early: the attention kernel before it writes the partials. A
-  // kernel launched early after this one (a Helix exchange) may start its
+  // A kernel launched early after this one (a Helix exchange) may start its
   // prologue now; it still waits for this grid before reading the output.
-  cuda::wait_for_previous_grid();
   cuda::allow_next_grid();
   const std::int64_t row = std::int64_t{blockIdx.x} * kRowsPerBlock + threadIdx.x / 32;
   if (row >= args.total_rows) return;
@@ -167,8 +164,7 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock) split_combine_rows_kernel(
 
 template <typename Out>
 __global__ void __launch_bounds__(32 * kWideLanes) split_combine_wide_kernel(SplitCombineArgs args) {
-  cuda::wait_for_previous_grid();  // as above
-  cuda::allow_next_grid();
+  cuda::allow_next_grid();  // as above
   constexpr int kThreads = 32 * kWideLanes;
   __shared__ float2 merge_s[kWideLanes];
   __shared__ float4 lane_sums_s[kWideLanes - 1][32];
@@ -221,11 +217,11 @@ void launch_for(const SplitCombineArgs& args, cudaStream_t stream) {
         args.kv_lora_rank % 4 == 0
             ? static_cast<unsigned>((args.kv_lora_rank + kColumnsPerBlock - 1) / kColumnsPerBlock)
             : 1u;
-    launch_early(split_combine_wide_kernel<Out>, dim3(static_cast<unsigned>(args.total_rows), column_blocks),
-                 dim3(32 * kWideLanes), stream, args);
+    split_combine_wide_kernel<Out>
+        <<<dim3(static_cast<unsigned>(args.total_rows), column_blocks), 32 * kWideLanes, 0, stream>>>(args);
   } else {
     const auto blocks = static_cast<unsigned>((args.total_rows + kRowsPerBlock - 1) / kRowsPerBlock);
-    launch_early(split_combine_rows_kernel<Out>, dim3(blocks), dim3(32 * kRowsPerBlock), stream, args);
+    split_combine_rows_kernel<Out><<<blocks, 32 * kRowsPerBlock, 0, stream>>>(args);
   }
 }
 

@@ -24,9 +24,7 @@
 // flattened) and of `stats` ([rows, 2] float32, optional).
 //
 // The launch only enqueues one kernel on `stream`: no host synchronisation,
-// no allocation, so it can be captured into a CUDA graph. Where supported it
-// is launched early (dependent_launch.hpp) and waits for the kernel before
-// it on the stream before reading anything.
+// no allocation, so it can be captured into a CUDA graph.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -418,11 +418,6 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   float* m_s = alpha_s + 2 * M;
   float* l_s = alpha_s + 3 * M;
 
-  // The split combine is launched early (dependent_launch.hpp): it may be
-  // scheduled once every block of this grid has started, and waits for the
-  // grid to finish before it reads a partial, so its launch latency hides
-  // behind this kernel's tail. (PTX here: this file includes no headers.)
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   const WorkItem w = p.items[blockIdx.x];
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
