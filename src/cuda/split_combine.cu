@@ -112,6 +112,21 @@ __device__ void add_weighted(float4& acc, float w, float4 o) {
   }
 }
 
+// Columns first, first + step, ... of one row, for ranks that are not a
+// multiple of 4 (no float4 loads).
+template <typename Out>
+__device__ void combine_columns_one_by_one(const RowSplits& r, const float* partial, Out* out, int rank,
+                                           int first, int step) {
+  for (int d = first; d < rank; d += step) {
+    float acc = 0.0f;
+    for (int s = 0; s < r.splits && !r.empty(); ++s) {
+      const float w = r.weight(s);
+      if (w != 0.0f) acc += w * partial[std::int64_t{s} * rank + d];
+    }
+    out[d] = Out(acc);
+  }
+}
+
 template <typename Out>
 __global__ void __launch_bounds__(32 * kRowsPerBlock) split_combine_rows_kernel(SplitCombineArgs args) {
   // A kernel launched early after this one (a Helix exchange) may start its
@@ -150,14 +165,7 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock) split_combine_rows_kernel(
       }
     }
   } else {
-    for (int d = lane; d < rank; d += 32) {
-      float acc = 0.0f;
-      for (int s = 0; s < r.splits && !r.empty(); ++s) {
-        const float w = r.weight(s);
-        if (w != 0.0f) acc += w * partial[std::int64_t{s} * rank + d];
-      }
-      out[d] = Out(acc);
-    }
+    combine_columns_one_by_one(r, partial, out, rank, lane, 32);
   }
   if (lane == 0) r.write_stats(args);
 }
@@ -198,14 +206,7 @@ __global__ void __launch_bounds__(32 * kWideLanes) split_combine_wide_kernel(Spl
       PairCodec<Out>::store(out, d + 2, acc.z, acc.w);
     }
   } else {
-    for (int d = threadIdx.x; d < rank; d += kThreads) {
-      float acc = 0.0f;
-      for (int s = 0; s < r.splits && !r.empty(); ++s) {
-        const float w = r.weight(s);
-        if (w != 0.0f) acc += w * partial[std::int64_t{s} * rank + d];
-      }
-      out[d] = Out(acc);
-    }
+    combine_columns_one_by_one(r, partial, out, rank, static_cast<int>(threadIdx.x), kThreads);
   }
   if (blockIdx.y == 0 && threadIdx.x == 0) r.write_stats(args);
 }
