@@ -7,6 +7,7 @@
 
 #include "comma_list.hpp"
 #include "helixmla/error.hpp"
+#include "problem_flags.hpp"
 
 namespace helixmla::tools {
 
@@ -62,10 +63,8 @@ std::vector<BenchCase> load_suite(const std::string& path) {
                                        : kv_len);
     }
     c.page_size = parse_int(f[5], cell(path, number, "page_size"));
-    const auto dtype = parse_dtype(f[6]);
-    if (!dtype || *dtype == DType::fp32) {
-      throw InvalidArgument(cell(path, number, "kv_dtype"), -1, f[6], "expected bf16, fp16 or fp8");
-    }
+    const auto dtype = parse_kv_dtype(f[6]);
+    if (!dtype) throw InvalidArgument(cell(path, number, "kv_dtype"), -1, f[6], kv_dtype_complaint(f[6]));
     c.kv_dtype = *dtype;
     if (f.size() > 7) c.note = f[7];
     cases.push_back(std::move(c));

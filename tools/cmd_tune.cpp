@@ -12,6 +12,7 @@
 #include "commands.hpp"
 #include "helixmla/perf_table.hpp"
 #include "helixmla/planner.hpp"
+#include "problem_flags.hpp"
 
 #if defined(HELIXMLA_WITH_CUDA)
 #include "bench_case_runner.hpp"
@@ -48,7 +49,7 @@ std::vector<BenchCase> tuning_grid(const TuneFlags& flags) {
             c.batch = b;
             c.kv_len.assign(static_cast<std::size_t>(b), flags.kv_len);
             c.page_size = p;
-            c.kv_dtype = *parse_dtype(d);
+            c.kv_dtype = *parse_kv_dtype(d);
             grid.push_back(c);
           }
   return grid;
@@ -111,12 +112,7 @@ void add_tune_command(CLI::App& app) {
   add_int_list(*cmd, "--q-lens", flags->q_lens, 1, 1 << 20, "Grid: q_len values");
   add_int_list(*cmd, "--page-sizes", flags->page_sizes, 1, 1 << 20, "Grid: page sizes");
   add_int_list(*cmd, "--batches", flags->batches, 1, 1 << 20, "Grid: batch sizes");
-  add_name_list(
-      *cmd, "--kv-dtypes", flags->kv_dtypes,
-      [](const std::string& name) {
-        return name == "bf16" || name == "fp16" || name == "fp8" ? std::string() : "expected bf16, fp16 or fp8";
-      },
-      "Grid: KV dtypes");
+  add_name_list(*cmd, "--kv-dtypes", flags->kv_dtypes, kv_dtype_complaint, "Grid: KV dtypes");
   cmd->add_option("--kv-len", flags->kv_len, "Grid: cached tokens per request")->capture_default_str()
       ->check(CLI::Range(1, 1 << 24));
   cmd->add_option("--iterations", flags->iterations, "Timed iterations per measurement")->capture_default_str()

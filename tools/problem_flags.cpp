@@ -28,6 +28,10 @@ std::uint64_t parse_seed(const std::string& text) {
 
 }  // namespace
 
+std::string kv_dtype_complaint(const std::string& name) {
+  return parse_kv_dtype(name) ? std::string() : "expected bf16, fp16 or fp8";
+}
+
 void add_problem_flags(CLI::App& app, ProblemFlags& flags) {
   app.add_option("--heads", flags.heads, "Query heads per rank (1..128)")
       ->capture_default_str()->check(CLI::Range(1, 128));
@@ -39,8 +43,13 @@ void add_problem_flags(CLI::App& app, ProblemFlags& flags) {
                "Cached tokens per generation, new tokens included: one value, or a comma list cycled over the requests");
   app.add_option("--page-size", flags.page_size, "Tokens per KV-cache page (any integer >= 1)")
       ->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  app.add_option("--kv-dtype", flags.kv_dtype, "KV-cache element type")
-      ->capture_default_str()->check(CLI::IsMember({"bf16", "fp16", "fp8"}));
+  app.add_option("--kv-dtype", flags.kv_dtype, "KV-cache element type (bf16, fp16, fp8)")
+      ->capture_default_str()->check(
+          [](const std::string& name) {
+            const std::string complaint = kv_dtype_complaint(name);
+            return complaint.empty() ? complaint : "'" + name + "': " + complaint;
+          },
+          "KV dtype");
   app.add_option("--contexts", flags.contexts, "Context (prefill) requests placed before the generations")
       ->capture_default_str()->check(CLI::Range(0, 1 << 20));
   app.add_option("--context-len", flags.context_len, "New tokens (and KV length) of each context request")
@@ -105,7 +114,7 @@ testing::BatchSpec to_batch_spec(const ProblemFlags& flags, bool allocate_tensor
   spec.contexts = flags.contexts;
   spec.context_len = flags.context_len;
   spec.page_size = flags.page_size;
-  spec.use_kv_dtype(*parse_dtype(flags.kv_dtype));
+  spec.use_kv_dtype(*parse_kv_dtype(flags.kv_dtype));
   spec.stats = flags.stats;
   spec.seed = flags.seed;
   spec.allocate_tensors = allocate_tensors;

@@ -29,6 +29,10 @@ struct ProblemFlags {
 
 void add_problem_flags(CLI::App& app, ProblemFlags& flags);
 
+// Empty when `name` is a KV-cache element type (parse_kv_dtype), else what
+// is wrong with it: a CLI11 validator, and the message for a suite cell.
+std::string kv_dtype_complaint(const std::string& name);
+
 // An unknown --backend name is a bad flag value (CLI::ValidationError, exit 2);
 // a known backend that cannot run the batch is a failed run instead.
 // `owner` names where the backends come from ("this build", "profile trtllm").

@@ -13,6 +13,9 @@ enum class DType : std::uint8_t { bf16, fp16, fp8_e4m3, fp32 };
 
 std::string_view to_string(DType dtype);
 std::optional<DType> parse_dtype(std::string_view name);
+// A KV-cache element type: the names parse_dtype takes, but not fp32 (no
+// backend stores a float32 cache).
+std::optional<DType> parse_kv_dtype(std::string_view name);
 std::size_t dtype_size(DType dtype);
 
 float bf16_to_float(std::uint16_t bits);

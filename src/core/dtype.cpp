@@ -25,6 +25,12 @@ std::optional<DType> parse_dtype(std::string_view name) {
   return std::nullopt;
 }
 
+std::optional<DType> parse_kv_dtype(std::string_view name) {
+  const std::optional<DType> dtype = parse_dtype(name);
+  if (dtype == DType::fp32) return std::nullopt;
+  return dtype;
+}
+
 std::size_t dtype_size(DType dtype) {
   switch (dtype) {
     case DType::bf16:

@@ -87,6 +87,15 @@ class Exchange {
 // events ordering it after every sender's stream when streams differ).
 std::unique_ptr<Exchange> make_in_process_exchange(std::int32_t cp, Location where);
 
+// Checks every transport makes on entry to all_to_all, with the
+// InvalidArgument naming the field: `shape.cp` must be the exchange's size
+// `cp`; and, for transports that need all ranks in one call, each rank in
+// [0, cp) exactly once (the result indexes the buffers by rank; `who` names
+// the exchange in the message).
+void check_exchange_size(const ExchangeShape& shape, std::int32_t cp);
+std::vector<const RankBuffers*> every_rank_once(std::int32_t cp, std::span<const RankBuffers> ranks,
+                                                std::string_view who);
+
 // Repacks a rank's attention output (`b.partial`, `b.partial_stats`) into
 // its send buffers, except its own heads, which go straight into its receive
 // slot (`b.rank`).

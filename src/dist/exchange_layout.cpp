@@ -1,8 +1,11 @@
-// Byte layout of the Helix exchange buffers and the host repacking of a
-// rank's attention output into them (the device twin is src/cuda/helix_pack.cu).
+// Byte layout of the Helix exchange buffers, the checks every transport
+// makes on its arguments, and the host repacking of a rank's attention
+// output into the buffers (the device twin is src/cuda/helix_pack.cu).
 #include <cstring>
+#include <string>
 
 #include "dist/exchange.hpp"
+#include "helixmla/error.hpp"
 
 namespace helixmla::dist {
 
@@ -35,6 +38,31 @@ std::size_t ExchangeShape::recv_partial_bytes(std::int32_t rank) const {
 }
 std::size_t ExchangeShape::recv_stats_bytes(std::int32_t rank) const {
   return size(cp) * stats_chunk_bytes(rank);
+}
+
+void check_exchange_size(const ExchangeShape& shape, std::int32_t cp) {
+  if (shape.cp != cp) {
+    throw InvalidArgument("shape.cp", -1, std::to_string(shape.cp),
+                          "must equal the exchange's size " + std::to_string(cp));
+  }
+}
+
+std::vector<const RankBuffers*> every_rank_once(std::int32_t cp, std::span<const RankBuffers> ranks,
+                                                std::string_view who) {
+  std::vector<const RankBuffers*> table(size(cp), nullptr);
+  for (const RankBuffers& b : ranks) {
+    if (b.rank < 0 || b.rank >= cp || table[size(b.rank)] != nullptr) {
+      throw InvalidArgument("ranks", b.rank, std::to_string(b.rank), "each rank in [0, cp) appears at most once");
+    }
+    table[size(b.rank)] = &b;
+  }
+  for (std::int32_t r = 0; r < cp; ++r) {
+    if (table[size(r)] == nullptr) {
+      throw InvalidArgument("ranks", r, "missing",
+                            std::string(who) + " needs every rank's buffers in the same call");
+    }
+  }
+  return table;
 }
 
 void pack_send_host(const ExchangeShape& shape, const RankBuffers& b) {

@@ -18,32 +18,6 @@ namespace helixmla::dist {
 
 namespace {
 
-// Ranks ordered by rank id; every rank must take part in-process.
-std::vector<const RankBuffers*> by_rank(std::int32_t cp, std::span<const RankBuffers> ranks) {
-  std::vector<const RankBuffers*> table(static_cast<std::size_t>(cp), nullptr);
-  for (const RankBuffers& b : ranks) {
-    if (b.rank < 0 || b.rank >= cp || table[static_cast<std::size_t>(b.rank)] != nullptr) {
-      throw InvalidArgument("ranks", b.rank, std::to_string(b.rank),
-                            "each rank in [0, cp) appears at most once");
-    }
-    table[static_cast<std::size_t>(b.rank)] = &b;
-  }
-  for (std::int32_t r = 0; r < cp; ++r) {
-    if (table[static_cast<std::size_t>(r)] == nullptr) {
-      throw InvalidArgument("ranks", r, "missing",
-                            "an in-process exchange needs every rank in the same call");
-    }
-  }
-  return table;
-}
-
-void check_shape(const ExchangeShape& shape, std::int32_t cp) {
-  if (shape.cp != cp) {
-    throw InvalidArgument("shape.cp", -1, std::to_string(shape.cp),
-                          "must equal the exchange's size " + std::to_string(cp));
-  }
-}
-
 template <typename Copy>
 void for_each_chunk(const ExchangeShape& shape, const std::vector<const RankBuffers*>& table,
                     Copy copy) {
@@ -79,8 +53,8 @@ class HostExchange final : public Exchange {
   std::int32_t size() const override { return cp_; }
   std::vector<std::int32_t> local_ranks() const override { return all_ranks(cp_); }
   void all_to_all(const ExchangeShape& shape, std::span<const RankBuffers> ranks) override {
-    check_shape(shape, cp_);
-    const auto table = by_rank(cp_, ranks);
+    check_exchange_size(shape, cp_);
+    const auto table = every_rank_once(cp_, ranks, "an in-process exchange");
     for (const RankBuffers* b : table) pack_send_host(shape, *b);
     for_each_chunk(shape, table,
                    [](const RankBuffers&, std::byte* dst, const std::byte* src, std::size_t n) {
@@ -106,8 +80,8 @@ class DeviceExchange final : public Exchange {
   std::vector<std::int32_t> local_ranks() const override { return all_ranks(cp_); }
 
   void all_to_all(const ExchangeShape& shape, std::span<const RankBuffers> ranks) override {
-    check_shape(shape, cp_);
-    const auto table = by_rank(cp_, ranks);
+    check_exchange_size(shape, cp_);
+    const auto table = every_rank_once(cp_, ranks, "an in-process exchange");
     HELIXMLA_CUDA_CHECK(cudaSetDevice(device_));
     for (const RankBuffers* b : table) pack_send_device(shape, *b);
     const bool one_stream = shares_one_stream(table);

@@ -158,10 +158,7 @@ class NcclExchange final : public Exchange {
 
   void all_to_all(const ExchangeShape& shape, std::span<const RankBuffers> ranks) override {
     usable();
-    if (shape.cp != size_) {
-      throw InvalidArgument("shape.cp", -1, std::to_string(shape.cp),
-                            "must equal the exchange's size " + std::to_string(size_));
-    }
+    check_exchange_size(shape, size_);
     const auto deadline = Clock::now() + options_.timeout;
     std::string failure;
     auto note = [&](ncclResult_t r, const char* what, std::int32_t rank, std::int32_t peer) {

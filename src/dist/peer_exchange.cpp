@@ -99,28 +99,14 @@ class PeerExchange final : public Exchange {
 
   void all_to_all(const ExchangeShape& shape, std::span<const RankBuffers> ranks) override {
     usable();
-    if (shape.cp != size()) {
-      throw InvalidArgument("shape.cp", -1, std::to_string(shape.cp),
-                            "must equal the exchange's size " + std::to_string(size()));
-    }
+    check_exchange_size(shape, size());
+    const auto table = every_rank_once(size(), ranks, "the peer exchange");
     peer::Links links;
     links.cp = size();
-    std::vector<const RankBuffers*> table(devices_.size(), nullptr);
-    for (const RankBuffers& b : ranks) {
-      if (b.rank < 0 || b.rank >= size() || table[static_cast<std::size_t>(b.rank)] != nullptr) {
-        throw InvalidArgument("ranks", b.rank, std::to_string(b.rank),
-                              "each rank in [0, cp) appears at most once");
-      }
-      table[static_cast<std::size_t>(b.rank)] = &b;
-      links.recv_partial[b.rank] = b.recv_partial;
-      links.recv_stats[b.rank] = b.recv_stats;
-      links.flags[b.rank] = flags_[static_cast<std::size_t>(b.rank)];
-    }
-    for (std::int32_t r = 0; r < size(); ++r) {
-      if (table[static_cast<std::size_t>(r)] == nullptr) {
-        throw InvalidArgument("ranks", r, "missing",
-                              "the peer exchange needs every rank's buffers in the same call");
-      }
+    for (const RankBuffers* b : table) {
+      links.recv_partial[b->rank] = b->recv_partial;
+      links.recv_stats[b->rank] = b->recv_stats;
+      links.flags[b->rank] = flags_[static_cast<std::size_t>(b->rank)];
     }
     const peer::Rows rows{shape.tokens, shape.heads,
                           static_cast<std::int64_t>(shape.width) * static_cast<std::int64_t>(shape.element_bytes())};

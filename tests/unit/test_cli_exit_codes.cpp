@@ -121,6 +121,8 @@ TEST_F(Cli, SeedsAndCommaListsAreReadExactly) {
       {"explain --heads 16 --batch 3 --kv-len 100 --kv-len 200,,5", "entry 1 of '200,,5' is empty"},
       {"tune --heads 16,,32", "--heads: entry 1 of '16,,32' is empty"},
       {"tune --kv-dtypes bf16,int4", "entry 1 ('int4') of 'bf16,int4'"},
+      {"tune --kv-dtypes fp8,fp32", "entry 1 ('fp32') of 'fp8,fp32': expected bf16, fp16 or fp8"},
+      {"explain --heads 16 --batch 2 --kv-dtype fp32", "--kv-dtype: 'fp32': expected bf16, fp16 or fp8"},
       {"sweep --arch sm90,", "--arch: entry 1 of 'sm90,' is empty"},
       {"bench --cases 1,,2", "--cases: entry 1 of '1,,2' is empty"},
       {"run --cp 2 --devices 0,-1", "--devices: entry 1 ('-1') of '0,-1' is outside"},

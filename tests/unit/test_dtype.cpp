@@ -120,5 +120,16 @@ TEST(DTypes, LoadAndStoreAgreeWithTheConverters) {
   EXPECT_EQ(dtype_size(DType::fp32), 4u);
 }
 
+// KV-cache names: what parse_dtype reads, aliases included, but no float32.
+TEST(DTypes, KvCacheNamesExcludeFloat32) {
+  EXPECT_EQ(parse_kv_dtype("bf16"), DType::bf16);
+  EXPECT_EQ(parse_kv_dtype("fp16"), DType::fp16);
+  EXPECT_EQ(parse_kv_dtype("fp8"), DType::fp8_e4m3);
+  EXPECT_EQ(parse_kv_dtype("e4m3"), DType::fp8_e4m3);
+  EXPECT_EQ(parse_kv_dtype("fp32"), std::nullopt);
+  EXPECT_EQ(parse_kv_dtype("int4"), std::nullopt);
+  EXPECT_EQ(parse_dtype("fp32"), DType::fp32);
+}
+
 }  // namespace
 }  // namespace helixmla
