@@ -158,7 +158,8 @@ struct Config {
   // a slow thread of the other warpgroup has yet to read).
   static constexpr int kSwapBytes = kThreads * 16 * 4;
   static constexpr int kSBytes = kWgmma ? 2 * kSwapBytes : kWarpsK * M * kSStride * 4;
-  static constexpr int kPBytes = M * kTileTokens * 2;
+  // mma.sync's P tile; wgmma keeps P in registers.
+  static constexpr int kPBytes = kWgmma ? 0 : M * kTileTokens * 2;
   static constexpr int kQOffset = 0;
   static constexpr int kStageOffset = kQOffset + kQBytes;
   // fp8 widened tiles (wgmma only: mma.sync widens into its fragments):
