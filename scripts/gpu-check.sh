@@ -146,7 +146,7 @@ if step ncu; then
   for c in ${HELIXMLA_NCU_CASES:-4}; do
     timeout "$(within 150)" ncu --kernel-name regex:mla_decode --launch-skip 2 --launch-count 1 \
       --section SpeedOfLight --section SourceCounters -o "$out/ncu-case$c" -f \
-      --metrics "$metrics,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
+      --metrics "$metrics,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,regex:sm__inst_executed_pipe_[a-z0-9_]+\.avg\.pct_of_peak_sustained_active,regex:sm__pipe_[a-z0-9_]+_cycles_active\.avg\.pct_of_peak_sustained_active" \
       "$build/helixmla" bench --cases "$c" --iterations 2 --no-graphs --no-verify >"$out/ncu-case$c.log" 2>&1
     summary+=("ncu case $c: exit $? [$(elapsed) s]")
     ncu --import "$out/ncu-case$c.ncu-rep" --page details >"$out/ncu-case$c.txt" 2>&1
@@ -164,6 +164,9 @@ if step ncu; then
     # Kernel names, the metrics above, and the stall reasons worth > 0.05 cycles per issue.
     grep -E '^  [a-z_]+.*\(|gpu__time|sm__cycles_active|mem_shared|dram__thr|inst_executed|Duration|Throughput' "$f" | cut -c1-150 | head -40
     awk '/issue_stalled/ && $NF + 0 > 0.05 {sub(/smsp__average_warps_issue_stalled_/, ""); print "   stall", $1, $NF}' "$f" | head -20
+    # Which pipes are busy (% of peak while the SM is active), those above 5%:
+    # a saturated one (math pipe throttle) shows here.
+    awk '/sm__(inst_executed_pipe_|pipe_)/ && $NF + 0 > 5 {print "   pipe", $1, $NF}' "$f" | head -20
   done
 fi
 if step execute; then
