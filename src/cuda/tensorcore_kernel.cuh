@@ -540,11 +540,12 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   // cvt.rn.f16x2.e4m3x2 widens two values exactly, where bf16 takes four
   // instructions. bf16 Q becomes fp16 scaled by 2^-k, k chosen per block
   // so that the largest |Q| lands in [2^14, 2^15) (fp16 has the finer
-  // mantissa but not bf16's range); 2^k goes into the softmax scale. mma.sync also
-  // reorders each k16 step's 16 Q columns so that one four-byte load of K
-  // gives both B fragment registers (see the S loop).
+  // mantissa but not bf16's range); 2^k goes into the softmax scale.
+  // mma.sync also reorders each k16 step's 16 Q columns so that one
+  // four-byte load of K gives both B fragment registers (see the S loop).
+  // (fp16 Q on wgmma needs neither.)
   float scale_log2 = p.scale_log2;
-  if constexpr (KV == kKvFp8) {
+  if constexpr (KV == kKvFp8 && (ELEM == kElemBf16 || !C::kWgmma)) {
     constexpr int kSmemSteps = kHeadDim / 16 - 4 * C::kQRegBlocks;  // k16 steps of Q in shared memory
     cp_async_wait<C::kStages - 2>();  // Q travels in the first group
     __syncthreads();
@@ -582,10 +583,11 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       if constexpr (ELEM == kElemBf16) {
         return pack2<kElemFp16>(__uint_as_float(pair << 16) * q_scale,
                                 __uint_as_float(pair & 0xffff0000u) * q_scale);
+      } else {
+        return pair;
       }
-      return pair;
     };
-    for (int i = tid; i < (ELEM == kElemBf16 || !C::kWgmma ? M * kSmemSteps : 0); i += kThreads) {
+    for (int i = tid; i < M * kSmemSteps; i += kThreads) {
       const int r = i % M;
       const int step = i / M;
       uint4* c0 = reinterpret_cast<uint4*>(q_s + swizzled(M, r, 2 * step));
