@@ -3,7 +3,7 @@
 # skipped (and said so) once the time budget is spent. Logs go to
 # /tmp/helixmla-gpu-check and, packed as one archive, to $OUT when set (the
 # device tool brings back only a few files); a short summary is printed last.
-#   scripts/gpu-check.sh [run] [tests] [multigpu] [helix] [bench] [variants] [tune] [sanitize] [ncu] [execute]
+#   scripts/gpu-check.sh [run] [tests] [multigpu] [helix] [bench] [probes] [variants] [tune] [sanitize] [ncu] [execute]
 #   (default: tests sanitize bench; HELIXMLA_CHECK_BUDGET seconds, default 540)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -97,6 +97,16 @@ if step bench; then
   summary+=("bench exit $? [$(elapsed) s]")
   [ -n "${OUT:-}" ] && cp "$out/bench.json" "$out/bench.svg" "$OUT/"
 fi
+if step probes; then
+  # The probe suites under bench/ (fixed cost against tiles; page sizes),
+  # each case with its gather ceiling: a plain read of its KV rows through
+  # its page tables.
+  for suite in bench/fixed-cost-probe.csv bench/page-size-probe.csv; do
+    name=$(basename "$suite" .csv)
+    timeout "$(within 150)" "$build/helixmla" bench --suite "$suite" --no-verify --gather >"$out/$name.txt" 2>&1
+    summary+=("$name exit $? [$(elapsed) s]")
+  done
+fi
 if step variants; then
   # A/B of compile-time kernel choices: the binary rebuilt once per entry of
   # HELIXMLA_VARIANT_FLAGS (';'-separated flags for the CUDA and C++ compilers, e.g.
@@ -181,5 +191,5 @@ echo
 echo "==== helixmla gpu-check summary ===="
 printf '%s\n' "${summary[@]}"
 [ -f "$out/bench.txt" ] && cat "$out/bench.txt"
-for f in "$out"/variant*.txt; do [ -f "$f" ] && { echo "== $f"; cat "$f"; }; done
+for f in "$out"/variant*.txt "$out"/*-probe.txt; do [ -f "$f" ] && { echo "== $f"; grep -v '^case [0-9]' "$f"; }; done
 exit 0

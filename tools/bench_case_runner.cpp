@@ -8,6 +8,7 @@
 
 #include "compare.hpp"
 #include "device_batch.hpp"
+#include "gather_read.hpp"
 #include "helixmla/error.hpp"
 #include "helixmla/reference.hpp"
 
@@ -45,6 +46,27 @@ double check_first_requests(testing::DeviceSyntheticBatch& batch) {
 
 }  // namespace
 
+double CaseRunner::time_gather(const std::vector<std::unique_ptr<testing::DeviceSyntheticBatch>>& batches,
+                               int iterations) {
+  std::vector<testing::DeviceBuffer> rows;
+  std::vector<std::int64_t> counts;
+  for (const auto& batch : batches) {
+    const std::vector<std::int32_t> host = testing::gathered_rows(batch->problem());
+    rows.emplace_back(host.size() * sizeof(std::int32_t));
+    rows.back().upload(host.data(), rows.back().bytes());
+    counts.push_back(static_cast<std::int64_t>(host.size()));
+  }
+  testing::DeviceBuffer sink(sizeof(unsigned));
+  const Problem first = batches.front()->problem();
+  const int row_bytes = static_cast<int>(first.dims.head_dim() * dtype_size(first.kv.dtype));
+  const int blocks = 4 * sm_count_;
+  return median_enqueue_us(stream_, 5, iterations, [&](int i) {
+    const std::size_t k = static_cast<std::size_t>(i) % batches.size();
+    testing::enqueue_gather_read(batches[k]->problem().kv.pool, static_cast<const std::int32_t*>(rows[k].data()),
+                                 counts[k], row_bytes, static_cast<unsigned*>(sink.data()), blocks, stream_);
+  });
+}
+
 CaseRunner::CaseRunner(std::string forced_backend)
     : forced_(std::move(forced_backend)), env_(Environment::detect()) {
   const Environment& env = env_;
@@ -54,6 +76,7 @@ CaseRunner::CaseRunner(std::string forced_backend)
   cuda_ok(cudaGetDeviceProperties(&prop, env.device), "cudaGetDeviceProperties");
   device_name_ = prop.name;
   l2_bytes_ = static_cast<std::size_t>(prop.l2CacheSize);
+  sm_count_ = prop.multiProcessorCount;
   cuda_ok(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
 }
 
@@ -72,7 +95,8 @@ const Runtime& CaseRunner::runtime_for(const std::string& backend) {
   return *slot;
 }
 
-CaseResult CaseRunner::run(const BenchCase& c, int iterations, bool graphs, bool verify, const std::string& backend) {
+CaseResult CaseRunner::run(const BenchCase& c, int iterations, bool graphs, bool verify, const std::string& backend,
+                           bool gather) {
   const Runtime& runtime = runtime_for(backend.empty() ? forced_ : backend);
   std::vector<std::unique_ptr<testing::DeviceSyntheticBatch>> batches;
   batches.push_back(std::make_unique<testing::DeviceSyntheticBatch>(batch_spec_of(c, 1), env_.device));
@@ -97,6 +121,7 @@ CaseResult CaseRunner::run(const BenchCase& c, int iterations, bool graphs, bool
   }
   cuda_ok(cudaStreamSynchronize(stream_), "upload metadata");
   result.timing = time_runs(runs, stream_, 5, iterations, graphs);
+  if (gather) result.gather_us = time_gather(batches, iterations);
   if (verify) {
     // The timed runs overwrote the outputs; rerun the first batch once more
     // after poisoning so that only this run's writes are checked.

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "bench_suite.hpp"
+#include "device_batch.hpp"
 #include "gpu_measure.hpp"
 #include "helixmla/runtime.hpp"
 
@@ -22,6 +23,7 @@ struct CaseResult {
   Timing timing;
   double rel_l2_err = 0.0;
   bool correct = false;
+  double gather_us = 0.0;  // the gather ceiling's median (testing/gather_read.hpp), when asked for
 };
 
 class CaseRunner {
@@ -31,20 +33,24 @@ class CaseRunner {
   CaseRunner(const CaseRunner&) = delete;
   CaseRunner& operator=(const CaseRunner&) = delete;
 
-  // `backend` overrides the runner's forced backend for this case.
-  CaseResult run(const BenchCase& c, int iterations, bool graphs, bool verify, const std::string& backend = {});
+  // `backend` overrides the runner's forced backend for this case; `gather`
+  // also times a read of the same KV rows through the same page tables.
+  CaseResult run(const BenchCase& c, int iterations, bool graphs, bool verify, const std::string& backend = {},
+                 bool gather = false);
   cudaStream_t stream() const { return stream_; }
   const std::string& device_name() const { return device_name_; }
   const Environment& environment() const { return env_; }
 
  private:
   const Runtime& runtime_for(const std::string& backend);
+  double time_gather(const std::vector<std::unique_ptr<testing::DeviceSyntheticBatch>>& batches, int iterations);
 
   std::string forced_;
   Environment env_;
   cudaStream_t stream_ = nullptr;
   std::string device_name_;
   std::size_t l2_bytes_ = 0;
+  int sm_count_ = 0;
   std::map<std::string, std::unique_ptr<Runtime>> runtimes_;
 };
 

@@ -90,10 +90,10 @@ CaseCost cost_of(const BenchCase& c, const MlaDims& dims) {
   const double tokens = static_cast<double>(c.batch) * c.q_len;
   const double q_size = static_cast<double>(dtype_size(testing::default_q_dtype(c.kv_dtype)));
   for (std::int32_t len : c.kv_len) {
-    cost.bytes += static_cast<double>(len) * dims.head_dim() * static_cast<double>(dtype_size(c.kv_dtype));
+    cost.kv_bytes += static_cast<double>(len) * dims.head_dim() * static_cast<double>(dtype_size(c.kv_dtype));
     cost.flops += 2.0 * len * c.q_len * c.heads * (dims.head_dim() + dims.kv_lora_rank);
   }
-  cost.bytes += tokens * c.heads * (dims.head_dim() + dims.kv_lora_rank) * q_size;
+  cost.bytes = cost.kv_bytes + tokens * c.heads * (dims.head_dim() + dims.kv_lora_rank) * q_size;
   return cost;
 }
 

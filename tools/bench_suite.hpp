@@ -26,7 +26,8 @@ std::vector<BenchCase> load_suite(const std::string& path);
 testing::BatchSpec batch_spec_of(const BenchCase& c, std::uint64_t seed);
 
 struct CaseCost {
-  double bytes = 0.0;  // KV read once + Q read + O written
+  double bytes = 0.0;     // KV read once + Q read + O written
+  double kv_bytes = 0.0;  // KV read once
   double flops = 0.0;  // 2 * sum kv_len * q_len * H * (576 + 512)
 };
 CaseCost cost_of(const BenchCase& c, const MlaDims& dims = {});

@@ -33,6 +33,7 @@ struct BenchFlags {
   int iterations = 50;
   bool graphs = true;
   bool verify = true;
+  bool gather = false;
   std::string json_path;
   std::string plot_path;
 };
@@ -94,7 +95,7 @@ int run_bench(const BenchFlags& flags) {
   bool all_ok = true;
   for (const BenchCase& c : cases) {
     std::cerr << fmt::format("case {} ({})...\n", c.id, c.note);
-    const CaseResult r = runner.run(c, flags.iterations, flags.graphs, flags.verify);
+    const CaseResult r = runner.run(c, flags.iterations, flags.graphs, flags.verify, {}, flags.gather);
     const CaseCost cost = cost_of(c);
     const double gbs = cost.bytes / (r.timing.median_us * 1e3);
     const double tflops = cost.flops / (r.timing.median_us * 1e6);
@@ -110,6 +111,16 @@ int run_bench(const BenchFlags& flags) {
                     {"tflop_per_s", tflops}, {"pct_copy", 100.0 * gbs / ceilings.copy_gbs},
                     {"pct_matrix", 100.0 * tflops / ceilings.bf16_tflops}, {"rel_l2_err", r.rel_l2_err},
                     {"correct", ok}});
+    if (flags.gather) {
+      // The same KV rows read through the same page tables with no math:
+      // how much of the gap to the copy bandwidth the access pattern costs.
+      const double gather_gbs = cost.kv_bytes / (r.gather_us * 1e3);
+      std::cout << fmt::format("{:>4} gather ceiling {:.1f} us, {:.0f} GB/s ({:.1f}% of copy); the case takes {:.2f}x it\n",
+                               "", r.gather_us, gather_gbs, 100.0 * gather_gbs / ceilings.copy_gbs,
+                               r.timing.median_us / r.gather_us);
+      rows.back()["gather_us"] = r.gather_us;
+      rows.back()["gather_gb_per_s"] = gather_gbs;
+    }
   }
   const nlohmann::json report = {{"device", runner.device_name()},
                                  {"copy_gb_per_s", ceilings.copy_gbs},
@@ -141,6 +152,8 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(1, 100000));
   cmd->add_flag("!--no-graphs", flags->graphs, "Launch directly instead of replaying CUDA graphs");
   cmd->add_flag("!--no-verify", flags->verify, "Skip the check against the float64 reference");
+  cmd->add_flag("--gather", flags->gather,
+                "Also time a plain read of each case's KV rows through its page tables (the gather ceiling)");
   cmd->add_option("--json", flags->json_path, "Also write the results as JSON to this file");
   cmd->add_option("--plot", flags->plot_path, "Also write an SVG bar chart to this file");
   cmd->callback([flags] {

@@ -61,6 +61,10 @@ cudaGraphExec_t capture_run(PreparedRun& run, cudaStream_t stream) {
 
 }  // namespace
 
+double median_enqueue_us(cudaStream_t stream, int warmup, int iterations, const std::function<void(int)>& enqueue) {
+  return median_event_us(stream, warmup, iterations, enqueue);
+}
+
 Ceilings measure_ceilings(cudaStream_t stream) {
   Ceilings c;
   constexpr std::size_t kCopyBytes = std::size_t{2} << 30;

@@ -7,6 +7,7 @@
 
 #include <cuda_runtime.h>
 
+#include <functional>
 #include <vector>
 
 #include "helixmla/backend.hpp"
@@ -33,6 +34,10 @@ Timing time_runs(const std::vector<PreparedRun*>& runs, cudaStream_t stream, int
 // graph are queued back to back, as in an engine replaying whole steps: no
 // launch latency between them.
 double time_back_to_back_us(PreparedRun& run, cudaStream_t stream, int replays);
+
+// Median microseconds of `iterations` calls of `enqueue(i)`, each timed with
+// events after `warmup` untimed calls.
+double median_enqueue_us(cudaStream_t stream, int warmup, int iterations, const std::function<void(int)>& enqueue);
 
 void cuda_ok(cudaError_t status, const char* what);
 
