@@ -21,11 +21,11 @@ namespace helixmla::testing {
 std::vector<std::int32_t> gathered_rows(const Problem& p);
 
 // Enqueues one read of the `count` rows listed at `rows` (device memory),
-// each `row_bytes` long (a multiple of 16) in `pool`, on `blocks` blocks
-// (one per SM is the attention kernels' shape); block b reads a contiguous
-// share of the list, as an attention block reads a token range.
-void enqueue_gather_read(const void* pool, const std::int32_t* rows, std::int64_t count, int row_bytes, int blocks,
-                         cudaStream_t stream);
+// each `row_bytes` long (576 or 1152) in `pool`, with plain loads at full
+// occupancy on `sms` SMs. `sink` (16 bytes of device memory) keeps the
+// loads alive and is written only on a one-in-2^64 pattern.
+void enqueue_gather_read(const void* pool, const std::int32_t* rows, std::int64_t count, int row_bytes, int sms,
+                         void* sink, cudaStream_t stream);
 
 }  // namespace helixmla::testing
 

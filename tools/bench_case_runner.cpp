@@ -58,10 +58,11 @@ double CaseRunner::time_gather(const std::vector<std::unique_ptr<testing::Device
   }
   const Problem first = batches.front()->problem();
   const int row_bytes = static_cast<int>(first.dims.head_dim() * dtype_size(first.kv.dtype));
+  testing::DeviceBuffer sink(16);
   return median_enqueue_us(stream_, 5, iterations, [&](int i) {
     const std::size_t k = static_cast<std::size_t>(i) % batches.size();
     testing::enqueue_gather_read(batches[k]->problem().kv.pool, static_cast<const std::int32_t*>(rows[k].data()),
-                                 counts[k], row_bytes, sm_count_, stream_);
+                                 counts[k], row_bytes, sm_count_, sink.data(), stream_);
   });
 }
 

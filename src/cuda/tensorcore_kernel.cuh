@@ -623,11 +623,14 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   // S(it + 1) is issued before the softmax of tile it and P V(it) right
   // behind it, so the tensor cores work through the softmax and one round
   // trip of wgmma issue and wait per tile disappears; fp8 widens tile
-  // it + 2 while both are in flight. Pages under 16 tokens keep the serial
-  // order: with token-granular pages the overlap measured 17% slower with
-  // three KV stages and 3% slower with four (cause not yet understood,
-  // bench/RESULTS.md), while 32-128 token pages gained 4-7%.
-  constexpr bool kOverlap = C::kWgmma && PAGE >= 16;
+  // it + 2 while both are in flight. 16-bit KV in pages under 8 tokens
+  // keeps the serial order: the overlap waits for tile it + 1, one tile
+  // less in flight than the serial loop's wait for tile it, and a gather of
+  // rows that scattered needs the extra tile (pages 1, 2 and 4 measured
+  // 6-8% slower with the overlap, page 8 5% faster; fp8, whose widened
+  // tiles keep a tile more in flight, 6% faster at page 1 and 15% at 8;
+  // session 8).
+  constexpr bool kOverlap = C::kWgmma && (PAGE >= 8 || KV == kKvFp8);
   float s_acc[16];    // this warpgroup's S partial sum, then the whole S tile
   float s_next[16];   // overlap: S of the next tile, in flight during this tile's softmax
   u32 pa[T / 16][4];  // P as wgmma A fragments, read by P V while it is in flight
