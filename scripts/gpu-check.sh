@@ -109,21 +109,26 @@ if step probes; then
 fi
 if step variants; then
   # A/B of compile-time kernel choices: the binary rebuilt once per entry of
-  # HELIXMLA_VARIANT_FLAGS (';'-separated flags for the CUDA and C++ compilers, e.g.
-  # "-DHELIXMLA_TC_Q_REG_STEPS_16BIT=8;-DHELIXMLA_TC_Q_REG_STEPS_16BIT=16"), each timed
-  # on HELIXMLA_VARIANT_CASES in the same session as the default build.
+  # HELIXMLA_VARIANT_FLAGS (';'-separated entries of space-separated
+  # tensor-core knobs, e.g. "HELIXMLA_TC_Q_REG_STEPS_16BIT=8;HELIXMLA_TC_Q_REG_STEPS_16BIT=16";
+  # a leading -D is accepted), which reach precompiled and NVRTC-compiled
+  # kernels alike (CMake's HELIXMLA_TC_KNOBS), each timed on
+  # HELIXMLA_VARIANT_CASES of HELIXMLA_VARIANT_SUITE in the same session
+  # as the default build. Each build keeps its own JIT cache.
   IFS=';' read -r -a variant_flags <<<"${HELIXMLA_VARIANT_FLAGS:-}"
   cases=${HELIXMLA_VARIANT_CASES:-1,3,4,10,13}
+  suite=${HELIXMLA_VARIANT_SUITE:-bench/mla-decode-v1.csv}
   for i in "${!variant_flags[@]}"; do
     [ "$(elapsed)" -ge "$budget" ] && { summary+=("variant ${variant_flags[$i]}: skipped, time budget spent"); continue; }
     vb="$build-variant$i"
-    configure "$vb" -DHELIXMLA_BUILD_TESTS=OFF -DCMAKE_CUDA_FLAGS="${variant_flags[$i]}" \
-      -DCMAKE_CXX_FLAGS="${variant_flags[$i]}" >"$out/variant$i.log" 2>&1 &&
+    knobs=$(sed -E 's/(^| )-D/\1/g' <<<"${variant_flags[$i]}")
+    configure "$vb" -DHELIXMLA_BUILD_TESTS=OFF -DHELIXMLA_TC_KNOBS="$knobs" >"$out/variant$i.log" 2>&1 &&
       ninja -C "$vb" -j "$(nproc)" helixmla >>"$out/variant$i.log" 2>&1 &&
-      timeout "$(within 120)" "$vb/helixmla" bench --cases "$cases" >"$out/variant$i.txt" 2>&1
-    summary+=("variant $i (${variant_flags[$i]}): exit $? [$(elapsed) s]")
+      HELIXMLA_JIT_CACHE="$vb/jit" timeout "$(within 120)" "$vb/helixmla" bench --suite "$suite" --cases "$cases" \
+        >"$out/variant$i.txt" 2>&1
+    summary+=("variant $i ($knobs): exit $? [$(elapsed) s]")
   done
-  timeout "$(within 120)" "$build/helixmla" bench --cases "$cases" >"$out/variant-default.txt" 2>&1
+  timeout "$(within 120)" "$build/helixmla" bench --suite "$suite" --cases "$cases" >"$out/variant-default.txt" 2>&1
   summary+=("variant default: exit $? [$(elapsed) s]")
 fi
 if step tune; then
