@@ -75,6 +75,12 @@ namespace helixmla_tc {
 #define HELIXMLA_TC_M16_FP8_BLOCKS_PER_SM 3
 #endif
 
+// Pages under 8 tokens with 16-bit KV on wgmma: S of the next tile issued
+// behind P V instead of the serial order (decode_tile; A/B knob, off).
+#ifndef HELIXMLA_TC_SMALL_PAGE_LATE_S
+#define HELIXMLA_TC_SMALL_PAGE_LATE_S 0
+#endif
+
 // Element kinds of the matrix inputs: Q (and out) type, and KV storage.
 enum ElemKind { kElemBf16 = 0, kElemFp16 = 1 };
 enum KvKind { kKvSameAsQ = 0, kKvFp8 = 1 };
@@ -631,6 +637,12 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   // tiles keep a tile more in flight, 6% faster at page 1 and 15% at 8;
   // session 8).
   constexpr bool kOverlap = C::kWgmma && (PAGE >= 8 || KV == kKvFp8);
+  // Knob HELIXMLA_TC_SMALL_PAGE_LATE_S (off): where the serial order runs on
+  // wgmma, issue S(it + 1) right behind P V(it), once tile it + 1 has landed
+  // (one more barrier per tile), so the two matrix steps share one wait
+  // and the gather keeps the serial loop's two tiles in flight. ncu of
+  // page 1 put 28% of the samples on the serial loop's two waits per tile.
+  constexpr bool kLateS = C::kWgmma && !kOverlap && HELIXMLA_TC_SMALL_PAGE_LATE_S;
   float s_acc[16];    // this warpgroup's S partial sum, then the whole S tile
   float s_next[16];   // overlap: S of the next tile, in flight during this tile's softmax
   u32 pa[T / 16][4];  // P as wgmma A fragments, read by P V while it is in flight
@@ -849,6 +861,30 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       }
       continue;
     }
+    if constexpr (kLateS) {
+      if (it == 0) {
+        cp_async_wait<C::kStages - 2>();  // tile 0
+        fence_proxy_async();
+        __syncthreads();
+        issue_s(mma_tile(0), s_next);
+      }
+      wgmma_wait_all();  // S(it) and P V(it - 1)
+      pin_registers(s_next);
+      pin_registers(acc);
+      pin_registers(pa);
+#pragma unroll
+      for (int i = 0; i < 16; ++i) s_acc[i] = s_next[i];
+      add_other_s_half(smem + C::kSOffset + (it & 1) * C::kSwapBytes);
+      load_ahead(it);  // past the barrier, every P V(it - 1) has completed
+      softmax_and_issue_pv(mma_tile(it), it);
+      if (it + 1 < n_tiles) {
+        cp_async_wait<C::kStages - 2>();  // tile it + 1; it + 2 and it + 3 may still be in flight
+        fence_proxy_async();
+        __syncthreads();  // every thread's share of tile it + 1 is in place
+        issue_s(mma_tile(it + 1), s_next);
+      }
+      continue;
+    }
     cp_async_wait<C::kStages - 2>();
     if constexpr (C::kWgmma) fence_proxy_async();
     __syncthreads();
@@ -1057,7 +1093,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       }
     }
   }
-  if constexpr (kOverlap) {  // the last P V
+  if constexpr (kOverlap || kLateS) {  // the last P V
     wgmma_wait_all();
     pin_registers(acc);
     pin_registers(pa);
