@@ -817,6 +817,17 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     return stage_s + (tile % C::kStages) * C::kStageBytes;
   };
 
+  // Both orders that keep S(it) in flight: waits for it and P V(it - 1),
+  // then takes S(it) into s_acc.
+  auto await_s_next = [&]() {
+    wgmma_wait_all();
+    pin_registers(s_next);
+    pin_registers(acc);
+    pin_registers(pa);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) s_acc[i] = s_next[i];
+  };
+
   for (int it = 0; it < n_tiles; ++it) {
     if constexpr (kOverlap) {
       // The tensor cores take S(it + 1) while this tile's softmax runs,
@@ -835,12 +846,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
         __syncthreads();
         issue_s(mma_tile(0), s_next);
       }
-      wgmma_wait_all();  // S(it) and P V(it - 1)
-      pin_registers(s_next);
-      pin_registers(acc);
-      pin_registers(pa);
-#pragma unroll
-      for (int i = 0; i < 16; ++i) s_acc[i] = s_next[i];
+      await_s_next();
       if constexpr (KV != kKvFp8) {
         cp_async_wait<C::kStages - 3>();  // tile it + 1; later tiles may still be in flight
         fence_proxy_async();
@@ -868,12 +874,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
         __syncthreads();
         issue_s(mma_tile(0), s_next);
       }
-      wgmma_wait_all();  // S(it) and P V(it - 1)
-      pin_registers(s_next);
-      pin_registers(acc);
-      pin_registers(pa);
-#pragma unroll
-      for (int i = 0; i < 16; ++i) s_acc[i] = s_next[i];
+      await_s_next();
       add_other_s_half(smem + C::kSOffset + (it & 1) * C::kSwapBytes);
       load_ahead(it);  // past the barrier, every P V(it - 1) has completed
       softmax_and_issue_pv(mma_tile(it), it);
