@@ -1,8 +1,8 @@
 // A read-only pass over the KV rows a batch's attention reads, gathered
 // through its page table in the same order: the ceiling for any kernel that
-// must read them (`helixmla bench --gather`). Sequential copy bandwidth
-// overstates what a gather of small pages can reach; this measures the
-// pattern itself, with no math behind it.
+// must read them (`helixmla bench --gather`), the access pattern with no
+// math behind it. On an H200 it reached the copy bandwidth at every page
+// size, token pages included (bench/RESULTS.md, session 8).
 #pragma once
 
 #if defined(HELIXMLA_WITH_CUDA)

@@ -42,12 +42,6 @@ std::vector<double> event_times_us(cudaStream_t stream, int warmup, int iteratio
   return times;
 }
 
-template <typename Body>
-double median_event_us(cudaStream_t stream, int warmup, int iterations, Body body) {
-  const auto times = event_times_us(stream, warmup, iterations, body);
-  return times[times.size() / 2];
-}
-
 cudaGraphExec_t capture_run(PreparedRun& run, cudaStream_t stream) {
   cudaGraph_t graph;
   cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
@@ -62,7 +56,8 @@ cudaGraphExec_t capture_run(PreparedRun& run, cudaStream_t stream) {
 }  // namespace
 
 double median_enqueue_us(cudaStream_t stream, int warmup, int iterations, const std::function<void(int)>& enqueue) {
-  return median_event_us(stream, warmup, iterations, enqueue);
+  const auto times = event_times_us(stream, warmup, iterations, enqueue);
+  return times[times.size() / 2];
 }
 
 Ceilings measure_ceilings(cudaStream_t stream) {
@@ -70,7 +65,7 @@ Ceilings measure_ceilings(cudaStream_t stream) {
   constexpr std::size_t kCopyBytes = std::size_t{2} << 30;
   testing::DeviceBuffer src(kCopyBytes), dst(kCopyBytes);
   src.fill_bytes(0x5a);
-  const double copy_us = median_event_us(stream, 3, 20, [&](int) {
+  const double copy_us = median_enqueue_us(stream, 3, 20, [&](int) {
     cuda_ok(cudaMemcpyAsync(dst.data(), src.data(), kCopyBytes, cudaMemcpyDeviceToDevice, stream), "copy");
   });
   c.copy_gbs = 2.0 * kCopyBytes / (copy_us * 1e3);
@@ -84,7 +79,7 @@ Ceilings measure_ceilings(cudaStream_t stream) {
   if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) throw RuntimeFailure("cublasCreate failed");
   cublasSetStream(handle, stream);
   const float alpha = 1.0f, beta = 0.0f;
-  const double gemm_us = median_event_us(stream, 3, 10, [&](int) {
+  const double gemm_us = median_enqueue_us(stream, 3, 10, [&](int) {
     if (cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.data(), CUDA_R_16BF, n, b.data(),
                      CUDA_R_16BF, n, &beta, d.data(), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
                      CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS) {
