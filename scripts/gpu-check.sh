@@ -114,22 +114,32 @@ if step variants; then
   # a leading -D is accepted), which reach precompiled and NVRTC-compiled
   # kernels alike (CMake's HELIXMLA_TC_KNOBS), each timed on
   # HELIXMLA_VARIANT_CASES of HELIXMLA_VARIANT_SUITE in the same session
-  # as the default build. Each build keeps its own JIT cache.
+  # as the default build. Each build keeps its own JIT cache. The builds
+  # run in parallel; then HELIXMLA_VARIANT_ROUNDS rounds (default 1) time
+  # every variant and the default in turn, so clock drift touches all alike.
   IFS=';' read -r -a variant_flags <<<"${HELIXMLA_VARIANT_FLAGS:-}"
   cases=${HELIXMLA_VARIANT_CASES:-1,3,4,10,13}
   suite=${HELIXMLA_VARIANT_SUITE:-bench/mla-decode-v1.csv}
+  rounds=${HELIXMLA_VARIANT_ROUNDS:-1}
   for i in "${!variant_flags[@]}"; do
-    [ "$(elapsed)" -ge "$budget" ] && { summary+=("variant ${variant_flags[$i]}: skipped, time budget spent"); continue; }
-    vb="$build-variant$i"
     knobs=$(sed -E 's/(^| )-D/\1/g' <<<"${variant_flags[$i]}")
-    configure "$vb" -DHELIXMLA_BUILD_TESTS=OFF -DHELIXMLA_TC_KNOBS="$knobs" >"$out/variant$i.log" 2>&1 &&
-      ninja -C "$vb" -j "$(nproc)" helixmla >>"$out/variant$i.log" 2>&1 &&
-      HELIXMLA_JIT_CACHE="$vb/jit" timeout "$(within 120)" "$vb/helixmla" bench --suite "$suite" --cases "$cases" \
-        >"$out/variant$i.txt" 2>&1
-    summary+=("variant $i ($knobs): exit $? [$(elapsed) s]")
+    ( configure "$build-variant$i" -DHELIXMLA_BUILD_TESTS=OFF -DHELIXMLA_TC_KNOBS="$knobs" &&
+        ninja -C "$build-variant$i" -j "$(nproc)" helixmla ) >"$out/variant$i.log" 2>&1 &
   done
-  timeout "$(within 120)" "$build/helixmla" bench --suite "$suite" --cases "$cases" >"$out/variant-default.txt" 2>&1
-  summary+=("variant default: exit $? [$(elapsed) s]")
+  wait
+  for i in "${!variant_flags[@]}"; do
+    [ -x "$build-variant$i/helixmla" ] || summary+=("variant $i (${variant_flags[$i]}): build failed: $(grep -m1 -E 'error' "$out/variant$i.log")")
+  done
+  for r in $(seq 1 "$rounds"); do
+    for i in "${!variant_flags[@]}" default; do
+      [ "$(elapsed)" -ge "$budget" ] && { summary+=("variant $i round $r: skipped, time budget spent"); continue; }
+      if [ "$i" = default ]; then vb=$build label=default; else vb=$build-variant$i label="$i (${variant_flags[$i]})"; fi
+      [ -x "$vb/helixmla" ] || continue
+      HELIXMLA_JIT_CACHE="$vb/jit" timeout "$(within 120)" "$vb/helixmla" bench --suite "$suite" --cases "$cases" \
+        >"$out/variant$i-r$r.txt" 2>&1
+      summary+=("variant $label round $r: exit $? [$(elapsed) s]")
+    done
+  done
 fi
 if step tune; then
   "$build/helixmla" tune --out "$out/perf-sm90.json" --heads 16,48,64,128 --page-sizes 32,64 --batches 1,64 \
@@ -197,5 +207,5 @@ echo
 echo "==== helixmla gpu-check summary ===="
 printf '%s\n' "${summary[@]}"
 [ -f "$out/bench.txt" ] && cat "$out/bench.txt"
-for f in "$out"/variant*.txt "$out"/*-probe.txt; do [ -f "$f" ] && { echo "== $f"; grep -v '^case [0-9]' "$f"; }; done
+for f in "$out"/variant*-r*.txt "$out"/*-probe.txt; do [ -f "$f" ] && { echo "== $f"; grep -v '^case [0-9]' "$f"; }; done
 exit 0

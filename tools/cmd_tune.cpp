@@ -84,7 +84,7 @@ int run_tune(const TuneFlags& flags) {
     for (const Candidate& candidate : decision.candidates) {
       if (!candidate.capable || candidate.backend == "cpu") continue;
       const CaseResult r = runner.run(c, flags.iterations, true, false, candidate.backend);
-      table.record(PerfKey::of(shape, env.arch), candidate.backend, r.timing.median_us);
+      table.record(PerfKey::of(shape, env.arch), candidate.backend, r.timing.queued_median_us);
     }
     if (++done % 20 == 0 || done == grid.size()) {
       std::cerr << fmt::format("tune: {}/{} shapes measured\n", done, grid.size());

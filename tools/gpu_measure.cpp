@@ -20,24 +20,40 @@ void cuda_ok(cudaError_t status, const char* what) {
 namespace {
 
 // Sorted per-iteration times in microseconds of `body`, after `warmup` calls.
+// Isolated: each iteration waits for the previous one to finish, so its time
+// includes the host's submission latency (the device idles until the launch
+// arrives). Queued: all iterations are enqueued before any wait, each
+// bracketed by the end mark of the one before, so the device never idles and
+// each time is the device time of one iteration, as in an engine's step.
 template <typename Body>
-std::vector<double> event_times_us(cudaStream_t stream, int warmup, int iterations, Body body) {
-  cudaEvent_t start, stop;
-  cuda_ok(cudaEventCreate(&start), "cudaEventCreate");
-  cuda_ok(cudaEventCreate(&stop), "cudaEventCreate");
+std::vector<double> event_times_us(cudaStream_t stream, int warmup, int iterations, bool queued, Body body) {
+  std::vector<cudaEvent_t> marks(static_cast<std::size_t>(queued ? iterations + 1 : 2));
+  for (cudaEvent_t& mark : marks) cuda_ok(cudaEventCreate(&mark), "cudaEventCreate");
   for (int i = 0; i < warmup; ++i) body(i);
-  std::vector<double> times;
-  for (int i = 0; i < iterations; ++i) {
-    cuda_ok(cudaEventRecord(start, stream), "cudaEventRecord");
-    body(i);
-    cuda_ok(cudaEventRecord(stop, stream), "cudaEventRecord");
-    cuda_ok(cudaEventSynchronize(stop), "cudaEventSynchronize");
+  auto elapsed_us = [](cudaEvent_t from, cudaEvent_t to) {
     float ms = 0.0f;
-    cuda_ok(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    times.push_back(ms * 1000.0);
+    cuda_ok(cudaEventElapsedTime(&ms, from, to), "cudaEventElapsedTime");
+    return ms * 1000.0;
+  };
+  std::vector<double> times;
+  if (queued) {
+    cuda_ok(cudaEventRecord(marks[0], stream), "cudaEventRecord");
+    for (int i = 0; i < iterations; ++i) {
+      body(i);
+      cuda_ok(cudaEventRecord(marks[static_cast<std::size_t>(i) + 1], stream), "cudaEventRecord");
+    }
+    cuda_ok(cudaEventSynchronize(marks.back()), "cudaEventSynchronize");
+    for (std::size_t i = 0; i + 1 < marks.size(); ++i) times.push_back(elapsed_us(marks[i], marks[i + 1]));
+  } else {
+    for (int i = 0; i < iterations; ++i) {
+      cuda_ok(cudaEventRecord(marks[0], stream), "cudaEventRecord");
+      body(i);
+      cuda_ok(cudaEventRecord(marks[1], stream), "cudaEventRecord");
+      cuda_ok(cudaEventSynchronize(marks[1]), "cudaEventSynchronize");
+      times.push_back(elapsed_us(marks[0], marks[1]));
+    }
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+  for (cudaEvent_t mark : marks) cudaEventDestroy(mark);
   std::sort(times.begin(), times.end());
   return times;
 }
@@ -56,7 +72,7 @@ cudaGraphExec_t capture_run(PreparedRun& run, cudaStream_t stream) {
 }  // namespace
 
 double median_enqueue_us(cudaStream_t stream, int warmup, int iterations, const std::function<void(int)>& enqueue) {
-  const auto times = event_times_us(stream, warmup, iterations, enqueue);
+  const auto times = event_times_us(stream, warmup, iterations, true, enqueue);
   return times[times.size() / 2];
 }
 
@@ -105,28 +121,21 @@ Timing time_runs(const std::vector<PreparedRun*>& runs, cudaStream_t stream, int
       runs[k]->enqueue(stream);
     }
   };
-  const auto times = event_times_us(stream, warmup, iterations, launch);
+  const auto isolated = event_times_us(stream, warmup, iterations, false, launch);
+  const auto queued = event_times_us(stream, warmup, iterations, true, launch);
   for (cudaGraphExec_t exec : execs) cudaGraphExecDestroy(exec);
-  return {times[times.size() / 2], times.front(), times.back()};
+  return {isolated[isolated.size() / 2], isolated.front(), isolated.back(), queued[queued.size() / 2]};
 }
 
 double time_back_to_back_us(PreparedRun& run, cudaStream_t stream, int replays) {
-  replays = std::max(replays, 1);
   cudaGraphExec_t exec = capture_run(run, stream);
-  cudaEvent_t start, stop;
-  cuda_ok(cudaEventCreate(&start), "cudaEventCreate");
-  cuda_ok(cudaEventCreate(&stop), "cudaEventCreate");
-  cuda_ok(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");  // warm-up
-  cuda_ok(cudaEventRecord(start, stream), "cudaEventRecord");
-  for (int i = 0; i < replays; ++i) cuda_ok(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
-  cuda_ok(cudaEventRecord(stop, stream), "cudaEventRecord");
-  cuda_ok(cudaEventSynchronize(stop), "cudaEventSynchronize");
-  float ms = 0.0f;
-  cuda_ok(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+  const auto times = event_times_us(stream, 1, std::max(replays, 1), true, [&](int) {
+    cuda_ok(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+  });
   cudaGraphExecDestroy(exec);
-  return 1000.0 * ms / replays;
+  double sum = 0.0;
+  for (double t : times) sum += t;
+  return sum / static_cast<double>(times.size());
 }
 
 }  // namespace helixmla::tools

@@ -20,13 +20,17 @@ struct Ceilings {
 };
 Ceilings measure_ceilings(cudaStream_t stream);
 
+// Isolated iterations wait for each other, so each includes the host's
+// launch latency; queued ones are all enqueued first (no device idle between
+// them), which is the device time an engine's step pays per call.
 struct Timing {
-  double median_us = 0.0;
+  double median_us = 0.0;  // isolated
   double min_us = 0.0;
   double max_us = 0.0;
+  double queued_median_us = 0.0;
 };
-// Times the runs round-robin, each replayed from a captured CUDA graph when
-// `graphs` is set.
+// Times the runs round-robin, isolated and then queued, each replayed from a
+// captured CUDA graph when `graphs` is set.
 Timing time_runs(const std::vector<PreparedRun*>& runs, cudaStream_t stream, int warmup, int iterations,
                  bool graphs);
 
@@ -35,8 +39,8 @@ Timing time_runs(const std::vector<PreparedRun*>& runs, cudaStream_t stream, int
 // launch latency between them.
 double time_back_to_back_us(PreparedRun& run, cudaStream_t stream, int replays);
 
-// Median microseconds of `iterations` calls of `enqueue(i)`, each timed with
-// events after `warmup` untimed calls.
+// Median microseconds of `iterations` queued calls of `enqueue(i)`, each
+// timed with events after `warmup` untimed calls.
 double median_enqueue_us(cudaStream_t stream, int warmup, int iterations, const std::function<void(int)>& enqueue);
 
 void cuda_ok(cudaError_t status, const char* what);
