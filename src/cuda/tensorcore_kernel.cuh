@@ -15,7 +15,7 @@
 //   64 rows of matrix work; more rows (H * q_len > 64) take several tiles.
 // - KV tiles of 32 tokens are gathered from the page pool with 16-byte
 //   cp.async (page size PAGE is a template parameter: the page lookup is a
-//   multiply, not a division), 2 to 5 stages deep; tokens past the range are
+//   multiply, not a division), 2 to 4 stages deep; tokens past the range are
 //   zero-filled, so masked positions multiply finite zeros. Each thread looks
 //   up its page one tile ahead, so the page-table load never stalls a copy.
 // - Shared-memory rows are 128-byte blocks with the 16-byte chunks XOR-swizzled
@@ -75,13 +75,6 @@ namespace helixmla_tc {
 #define HELIXMLA_TC_M16_FP8_BLOCKS_PER_SM 3
 #endif
 
-// KV stages of the serial wgmma loop (16-bit KV in pages under 8 tokens,
-// see overlapped_loop): its one S swap buffer leaves room for a fifth
-// (A/B knob; 4 before session 9).
-#ifndef HELIXMLA_TC_SERIAL_STAGES
-#define HELIXMLA_TC_SERIAL_STAGES 5
-#endif
-
 // Element kinds of the matrix inputs: Q (and out) type, and KV storage.
 enum ElemKind { kElemBf16 = 0, kElemFp16 = 1 };
 enum KvKind { kKvSameAsQ = 0, kKvFp8 = 1 };
@@ -124,38 +117,13 @@ struct Params {
   float out_scale;   // KV scale
 };
 
-// The wgmma engine's loop order (decode_tile). Overlapped: S(it + 1) is
-// issued before the softmax of tile it and P V(it) right behind it, so the
-// tensor cores work through the softmax and one round trip of wgmma issue
-// and wait per tile disappears; fp8 widens tile it + 2 while both are in
-// flight. Serial: S(it), wait, softmax, P V(it), wait. 16-bit KV in pages
-// under 8 tokens keeps the serial order: the overlap waits for tile it + 1,
-// one tile less in flight than the serial loop's wait for tile it, and a
-// gather of rows that scattered needs the extra tile (pages 1, 2 and 4
-// measured 6-8% slower with the overlap, page 8 5% faster; fp8, whose
-// widened tiles keep a tile more in flight, 6% faster at page 1 and 15% at
-// 8; session 8). Issuing S(it + 1) behind P V(it) once tile it + 1 has
-// landed (one wait per tile, the serial loop's depth) was 13% slower at
-// pages 1 and 2 (session 9): at those pages the next tile lands late.
-#if defined(__CUDACC__)
-#define HMLA_TC_HOST_DEVICE __host__ __device__  // NVRTC compiles no unannotated function
-#else
-#define HMLA_TC_HOST_DEVICE
-#endif
-HMLA_TC_HOST_DEVICE constexpr bool overlapped_loop(int engine, int page, int kv) {
-  return engine == kEngineWgmma && (page >= 8 || kv == kKvFp8);
-}
-
-// Per-(M, KV kind, engine, loop order) tuning and the shared-memory map.
-// Offsets up to the scratch buffers are multiples of 1024 bytes (the
-// 128-byte swizzle period); the wgmma engine also aligns the base to 1024
-// itself.
-template <int M, int KV, int ENGINE = kEngineMmaSync, bool OVERLAP = false>
+// Per-(M, KV kind, engine) tuning and the shared-memory map. Offsets up to
+// the scratch buffers are multiples of 1024 bytes (the 128-byte swizzle
+// period); the wgmma engine also aligns the base to 1024 itself.
+template <int M, int KV, int ENGINE = kEngineMmaSync>
 struct Config {
   static_assert(ENGINE == kEngineMmaSync || M == 64, "the wgmma engine runs 64-row tiles");
-  static_assert(!OVERLAP || ENGINE == kEngineWgmma, "only the wgmma engine overlaps its matrix steps");
   static constexpr bool kWgmma = ENGINE == kEngineWgmma;
-  static constexpr bool kOverlap = OVERLAP;
   static constexpr int kMTiles = M / 16;
   static constexpr int kWarpsK = kWgmma ? 2 : 4 / kMTiles;  // partial S sums per tile
   static constexpr int kKSteps = 36 / kWarpsK;  // k16 steps per warp (warpgroup) in S = Q K^T
@@ -173,9 +141,7 @@ struct Config {
   static_assert(kQRegSteps % 2 == 0 && kQRegSteps <= 36 / kWarpsK, "Q registers cover whole 64-column blocks");
   static constexpr int kQRegBlocks = kQRegSteps / 2;
   static constexpr int kStages =
-      M == 16   ? (KV == kKvFp8 ? HELIXMLA_TC_M16_FP8_STAGES : 2)
-      : kWgmma  ? (OVERLAP || KV == kKvFp8 ? 4 : HELIXMLA_TC_SERIAL_STAGES)
-                : (KV == kKvFp8 || M == 32 ? 4 : 3);
+      M == 16 ? (KV == kKvFp8 ? HELIXMLA_TC_M16_FP8_STAGES : 2) : (KV == kKvFp8 || M == 32 || kWgmma ? 4 : 3);
   static constexpr int kBlocksPerSm = M == 16 ? (KV == kKvFp8 ? HELIXMLA_TC_M16_FP8_BLOCKS_PER_SM : 2) : 1;
   static constexpr int kSStride = kTileTokens + 8;  // floats; keeps S stores conflict-free
 
@@ -186,13 +152,12 @@ struct Config {
   // row make those loads conflict-free (a 592-byte row is 20 banks on).
   static constexpr int kFp8RowBytes = kWgmma ? kHeadDim : kHeadDim + 16;
   static constexpr int kStageBytes = KV == kKvFp8 ? kTileTokens * kFp8RowBytes : kTileBytes16;
-  // wgmma: the S halves swap through shared memory, 16 floats per thread.
-  // The overlapped loop swaps through two buffers by tile parity (it has
-  // one barrier per tile, so a fast thread's next swap must not overwrite
-  // what a slow thread of the other warpgroup has yet to read); the serial
-  // loop's second barrier per tile makes one enough.
+  // wgmma: the S halves swap through shared memory, 16 floats per thread,
+  // through two buffers by tile parity (the overlapped loop has one
+  // barrier per tile, so a fast thread's next swap must not overwrite what
+  // a slow thread of the other warpgroup has yet to read).
   static constexpr int kSwapBytes = kThreads * 16 * 4;
-  static constexpr int kSBytes = kWgmma ? (OVERLAP ? 2 : 1) * kSwapBytes : kWarpsK * M * kSStride * 4;
+  static constexpr int kSBytes = kWgmma ? 2 * kSwapBytes : kWarpsK * M * kSStride * 4;
   // mma.sync's P tile; wgmma keeps P in registers.
   static constexpr int kPBytes = kWgmma ? 0 : M * kTileTokens * 2;
   static constexpr int kQOffset = 0;
@@ -439,7 +404,7 @@ __device__ __forceinline__ int visible_kv(int kv_len, int q_len, int t) {
 
 template <int M, int PAGE, int ELEM, int KV, int ENGINE>
 __device__ __forceinline__ void decode_tile(const Params& p) {
-  typedef Config<M, KV, ENGINE, overlapped_loop(ENGINE, PAGE, KV)> C;
+  typedef Config<M, KV, ENGINE> C;
   constexpr int MMA = KV == kKvFp8 ? kElemFp16 : ELEM;  // the matrix steps' input type
   constexpr int T = kTileTokens;
   constexpr int MT = C::kMTiles;
@@ -654,9 +619,21 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
 #pragma unroll
   for (int i = 0; i < MT * 32; ++i) acc[i] = 0.0f;
 
-  // wgmma engine, split into its steps so that the overlapped order
-  // (overlapped_loop) can interleave them across tiles.
-  constexpr bool kOverlap = C::kOverlap;
+  // wgmma engine, split into its steps so that they overlap across tiles:
+  // S(it + 1) is issued before the softmax of tile it and P V(it) right
+  // behind it, so the tensor cores work through the softmax and one round
+  // trip of wgmma issue and wait per tile disappears; fp8 widens tile
+  // it + 2 while both are in flight. 16-bit KV in pages under 8 tokens
+  // keeps the serial order: the overlap waits for tile it + 1, one tile
+  // less in flight than the serial loop's wait for tile it, and a gather of
+  // rows that scattered needs the extra tile (pages 1, 2 and 4 measured
+  // 6-8% slower with the overlap, page 8 5% faster; fp8, whose widened
+  // tiles keep a tile more in flight, 6% faster at page 1 and 15% at 8;
+  // session 8). Neither a fifth stage for the serial loop (its one S swap
+  // buffer leaves the room) nor S(it + 1) issued behind P V(it) once tile
+  // it + 1 has landed (one wait per tile) helped there: 1% and 13% slower
+  // at pages 1 and 2 (session 9).
+  constexpr bool kOverlap = C::kWgmma && (PAGE >= 8 || KV == kKvFp8);
   float s_acc[16];    // this warpgroup's S partial sum, then the whole S tile
   float s_next[16];   // overlap: S of the next tile, in flight during this tile's softmax
   u32 pa[T / 16][4];  // P as wgmma A fragments, read by P V while it is in flight
@@ -830,7 +807,6 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     if constexpr (C::kWideTiles > 0) return wide_s + (tile % kRing) * C::kTileBytes16;
     return stage_s + (tile % C::kStages) * C::kStageBytes;
   };
-
 
   for (int it = 0; it < n_tiles; ++it) {
     if constexpr (kOverlap) {

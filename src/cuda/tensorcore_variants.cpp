@@ -28,10 +28,10 @@ int TensorcoreVariant::engine_kind() const {
 
 namespace {
 
-template <int M, int ENGINE, bool OVERLAP = false>
+template <int M, int ENGINE>
 int smem_for(int kv) {
-  return kv == helixmla_tc::kKvFp8 ? helixmla_tc::Config<M, helixmla_tc::kKvFp8, ENGINE, OVERLAP>::kSmemBytes
-                                   : helixmla_tc::Config<M, helixmla_tc::kKvSameAsQ, ENGINE, OVERLAP>::kSmemBytes;
+  return kv == helixmla_tc::kKvFp8 ? helixmla_tc::Config<M, helixmla_tc::kKvFp8, ENGINE>::kSmemBytes
+                                   : helixmla_tc::Config<M, helixmla_tc::kKvSameAsQ, ENGINE>::kSmemBytes;
 }
 
 }  // namespace
@@ -39,10 +39,8 @@ int smem_for(int kv) {
 int TensorcoreVariant::smem_bytes() const {
   if (rows == 16) return smem_for<16, helixmla_tc::kEngineMmaSync>(kv_kind());
   if (rows == 32) return smem_for<32, helixmla_tc::kEngineMmaSync>(kv_kind());
-  if (!wgmma) return smem_for<64, helixmla_tc::kEngineMmaSync>(kv_kind());
-  return helixmla_tc::overlapped_loop(engine_kind(), page_size, kv_kind())
-             ? smem_for<64, helixmla_tc::kEngineWgmma, true>(kv_kind())
-             : smem_for<64, helixmla_tc::kEngineWgmma, false>(kv_kind());
+  return wgmma ? smem_for<64, helixmla_tc::kEngineWgmma>(kv_kind())
+               : smem_for<64, helixmla_tc::kEngineMmaSync>(kv_kind());
 }
 
 int TensorcoreVariant::blocks_per_sm() const {
