@@ -75,22 +75,6 @@ namespace helixmla_tc {
 #define HELIXMLA_TC_M16_FP8_BLOCKS_PER_SM 3
 #endif
 
-// wgmma epilogue (A/B knob, off): the normalised output tile goes through
-// shared memory (the KV stages, free after the loop) and leaves in 16-byte
-// stores of whole rows, instead of each thread storing its fragment pairs
-// (eight rows of 16 or 32 bytes per warp store).
-#ifndef HELIXMLA_TC_STAGED_EPILOGUE
-#define HELIXMLA_TC_STAGED_EPILOGUE 0
-#endif
-
-// wgmma prologue (A/B knob, off): Q's register columns pass once through
-// shared memory (16-byte cp.async with the rest of Q, then ldmatrix into
-// the A layout) instead of 48 four-byte global loads per thread, which ncu
-// found filling the load queue (session 7).
-#ifndef HELIXMLA_TC_STAGED_Q
-#define HELIXMLA_TC_STAGED_Q 0
-#endif
-
 // Element kinds of the matrix inputs: Q (and out) type, and KV storage.
 enum ElemKind { kElemBf16 = 0, kElemFp16 = 1 };
 enum KvKind { kKvSameAsQ = 0, kKvFp8 = 1 };
@@ -186,12 +170,6 @@ struct Config {
   static constexpr int kPOffset = kSOffset + kSBytes;
   static constexpr int kRowInfoOffset = kPOffset + kPBytes;
   static constexpr int kSmemBytes = kRowInfoOffset + 4 * M * 4 + (kWgmma ? 1024 : 0);
-  // Staged Q's register columns (HELIXMLA_TC_STAGED_Q): a region no tile
-  // uses before the loop's first barrier: the last KV stage (the prologue
-  // leaves it empty) and the S-swap buffers after it, or fp8's widened tiles.
-  static constexpr int kQStageBytes = M * 128 * kQRegBlocks;
-  static constexpr int kQStageOffset = KV == kKvFp8 ? kWideOffset : kStageOffset + (kStages - 1) * kStageBytes;
-  static_assert(kQStageOffset + kQStageBytes <= kRowInfoOffset, "Q's staging fits before the row information");
   static_assert(kSmemBytes <= 227 * 1024, "one block's shared memory on sm_90");
   static_assert(kBlocksPerSm == 1 || kBlocksPerSm * (kSmemBytes + 1024) <= 228 * 1024,
                 "the blocks an SM should hold fit its shared memory");
@@ -473,10 +451,8 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       const bool valid = w.row_begin + r < rows_total;
       const unsigned char* src = valid ? q + (row0 + r) * kRowBytes16 + sub * 16 : q;
 #pragma unroll
-      for (int k = HELIXMLA_TC_STAGED_Q ? 0 : C::kQRegBlocks; k < kChunksPerRow / 8; ++k) {
-        unsigned char* dst = k < C::kQRegBlocks ? smem + C::kQStageOffset + swizzled(M, r, sub + 8 * k)
-                                                : q_s + swizzled(M, r, sub + 8 * (k - C::kQRegBlocks));
-        cp_async_16(dst, valid ? src + 128 * k : src, valid);
+      for (int k = C::kQRegBlocks; k < kChunksPerRow / 8; ++k) {
+        cp_async_16(q_s + swizzled(M, r, sub + 8 * (k - C::kQRegBlocks)), valid ? src + 128 * k : src, valid);
       }
     }
   }
@@ -544,16 +520,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   // 2 i + wg), straight from global memory in the wgmma A layout: warp
   // wg_warp holds rows 16 wg_warp + g (+8), columns 2 c4 (+1) and +8.
   u32 q_frag[C::kQRegSteps > 0 ? C::kQRegSteps : 1][4];
-  if constexpr (C::kQRegSteps > 0 && HELIXMLA_TC_STAGED_Q) {
-    cp_async_wait<C::kStages - 2>();  // Q travels in the first group
-    __syncthreads();
-    const int a_row = wg_warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-#pragma unroll
-    for (int i = 0; i < C::kQRegSteps; ++i) {
-      ldmatrix_x4(q_frag[i], smem + C::kQStageOffset + swizzled(M, a_row, 2 * (2 * i + wg) + (lane >> 4)));
-    }
-    __syncthreads();  // fp8 widens tiles into the staging region before the loop's first barrier
-  } else if constexpr (C::kQRegSteps > 0) {
+  if constexpr (C::kQRegSteps > 0) {
     const u32* q = static_cast<const u32*>(p.q);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -1133,40 +1100,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       *reinterpret_cast<float2*>(p.partial_out + entry * kLatent + col) = make_float2(x * inv, y * inv);
     }
   };
-  if constexpr (C::kWgmma && HELIXMLA_TC_STAGED_EPILOGUE) {
-    // Rows of 520 floats: a warp's float2 stores (eight rows, four pairs
-    // each) take the minimum two wavefronts.
-    constexpr int kStride = kLatent + 8;
-    static_assert(M * kStride * 4 <= C::kSOffset - C::kStageOffset, "the output tile fits the KV stages");
-    float* tile = reinterpret_cast<float*>(stage_s);
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int r = wg_warp * 16 + g + half * 8;
-      const float l = l_s[r];
-      const float inv = l > 0.0f ? p.out_scale / l : 0.0f;
-#pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        *reinterpret_cast<float2*>(tile + r * kStride + wg * 256 + j * 8 + 2 * c4) =
-            make_float2(acc[4 * j + 2 * half] * inv, acc[4 * j + 2 * half + 1] * inv);
-      }
-    }
-    __syncthreads();
-    const int rows = rows_total - w.row_begin < M ? rows_total - w.row_begin : M;
-    for (int i = tid; i < rows * (kLatent / 4); i += kThreads) {
-      const int r = i / (kLatent / 4);
-      const int col = 4 * (i % (kLatent / 4));
-      const float4 v = *reinterpret_cast<const float4*>(tile + r * kStride + col);
-      if (direct) {
-        u32* out = reinterpret_cast<u32*>(static_cast<u16*>(p.out) + (row0 + r) * kLatent + col);
-        out[0] = pack2<ELEM>(v.x, v.y);  // out is only 4-byte aligned
-        out[1] = pack2<ELEM>(v.z, v.w);
-      } else {
-        const long long entry =
-            static_cast<long long>(w.first_entry) + static_cast<long long>(r) * w.splits + w.split;
-        *reinterpret_cast<float4*>(p.partial_out + entry * kLatent + col) = v;
-      }
-    }
-  } else if constexpr (C::kWgmma) {
+  if constexpr (C::kWgmma) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int r = wg_warp * 16 + g + half * 8;
