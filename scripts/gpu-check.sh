@@ -164,8 +164,8 @@ if step sanitize; then
 fi
 if step ncu; then
   # Nsight Compute on the kernels the open performance bars hinge on: the
-  # suite cases in HELIXMLA_NCU_CASES (default case 4; JIT-compiled page
-  # sizes match too) and the attention plus split combine of the 2 x
+  # cases HELIXMLA_NCU_CASES (default case 4) of HELIXMLA_NCU_SUITE (default
+  # the benchmark suite; JIT-compiled page sizes match too) and the attention plus split combine of the 2 x
   # 1M-token Helix baseline (how evenly the blocks finish). Clocks are
   # locked to base by ncu: compare ratios only.
   metrics=gpu__time_duration.sum,sm__cycles_active.min,sm__cycles_active.avg,sm__cycles_active.max,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,smsp__inst_executed.avg.per_cycle_active
@@ -173,7 +173,8 @@ if step ncu; then
     timeout "$(within 150)" ncu --kernel-name 'regex:mla_decode|tc_jit' --launch-skip 2 --launch-count 1 \
       --section SpeedOfLight --section SourceCounters -o "$out/ncu-case$c" -f \
       --metrics "$metrics,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,regex:sm__inst_executed_pipe_[a-z0-9_]+\.avg\.pct_of_peak_sustained_active,regex:sm__pipe_[a-z0-9_]+_cycles_active\.avg\.pct_of_peak_sustained_active" \
-      "$build/helixmla" bench --cases "$c" --iterations 2 --no-graphs --no-verify >"$out/ncu-case$c.log" 2>&1
+      "$build/helixmla" bench --suite "${HELIXMLA_NCU_SUITE:-bench/mla-decode-v1.csv}" --cases "$c" --iterations 2 \
+      --no-graphs --no-verify >"$out/ncu-case$c.log" 2>&1
     summary+=("ncu case $c: exit $? [$(elapsed) s]")
     ncu --import "$out/ncu-case$c.ncu-rep" --page details >"$out/ncu-case$c.txt" 2>&1
     ncu --import "$out/ncu-case$c.ncu-rep" --page source --print-source sass --csv >"$out/ncu-case$c-sass.csv" 2>&1
