@@ -75,22 +75,6 @@ namespace helixmla_tc {
 #define HELIXMLA_TC_M16_FP8_BLOCKS_PER_SM 3
 #endif
 
-// Epilogue division (A/B knob, off): __fdividef (a reciprocal and a
-// multiply, no slow path) instead of the IEEE division per stored pair,
-// whose checks and slow-path branches made the epilogue ~1600 instructions
-// per warp (ncu, session 9).
-#ifndef HELIXMLA_TC_FAST_DIVIDE
-#define HELIXMLA_TC_FAST_DIVIDE 0
-#endif
-
-// wgmma prologue (A/B knob, off): Q's register columns pass once through
-// shared memory (16-byte cp.async with the rest of Q, then ldmatrix into
-// the A layout) instead of 48 four-byte global loads per thread, which ncu
-// found filling the load queue (session 7).
-#ifndef HELIXMLA_TC_STAGED_Q
-#define HELIXMLA_TC_STAGED_Q 0
-#endif
-
 // Element kinds of the matrix inputs: Q (and out) type, and KV storage.
 enum ElemKind { kElemBf16 = 0, kElemFp16 = 1 };
 enum KvKind { kKvSameAsQ = 0, kKvFp8 = 1 };
@@ -186,9 +170,13 @@ struct Config {
   static constexpr int kPOffset = kSOffset + kSBytes;
   static constexpr int kRowInfoOffset = kPOffset + kPBytes;
   static constexpr int kSmemBytes = kRowInfoOffset + 4 * M * 4 + (kWgmma ? 1024 : 0);
-  // Staged Q's register columns (HELIXMLA_TC_STAGED_Q): a region no tile
-  // uses before the loop's first barrier: the last KV stage (the prologue
-  // leaves it empty) and the S-swap buffers after it, or fp8's widened tiles.
+  // wgmma: Q's register columns pass once through shared memory (16-byte
+  // copies with the rest of Q, then ldmatrix into the A layout), in a region
+  // no tile uses before the loop's first barrier: the last KV stage (the
+  // prologue leaves it empty) and the S-swap buffers after it, or fp8's
+  // widened tiles. Four-byte global loads straight into the A layout (48
+  // per thread) filled the load queue (ncu, session 7) and cost 4% on
+  // blocks of 2 to 32 tiles (session 9).
   static constexpr int kQStageBytes = M * 128 * kQRegBlocks;
   static constexpr int kQStageOffset = KV == kKvFp8 ? kWideOffset : kStageOffset + (kStages - 1) * kStageBytes;
   static_assert(kQStageOffset + kQStageBytes <= kRowInfoOffset, "Q's staging fits before the row information");
@@ -473,7 +461,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       const bool valid = w.row_begin + r < rows_total;
       const unsigned char* src = valid ? q + (row0 + r) * kRowBytes16 + sub * 16 : q;
 #pragma unroll
-      for (int k = HELIXMLA_TC_STAGED_Q ? 0 : C::kQRegBlocks; k < kChunksPerRow / 8; ++k) {
+      for (int k = 0; k < kChunksPerRow / 8; ++k) {
         unsigned char* dst = k < C::kQRegBlocks ? smem + C::kQStageOffset + swizzled(M, r, sub + 8 * k)
                                                 : q_s + swizzled(M, r, sub + 8 * (k - C::kQRegBlocks));
         cp_async_16(dst, valid ? src + 128 * k : src, valid);
@@ -541,10 +529,11 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   float l_lo = 0.0f, l_hi = 0.0f;
   const u64 q_desc = smem_desc(q_s + wg * 32, 16, 1024);
   // Q fragments of this warpgroup's first kQRegSteps k16 steps (k16 step
-  // 2 i + wg), straight from global memory in the wgmma A layout: warp
-  // wg_warp holds rows 16 wg_warp + g (+8), columns 2 c4 (+1) and +8.
+  // 2 i + wg) in the wgmma A layout, from their staging copy (Config::
+  // kQStageOffset): warp wg_warp holds rows 16 wg_warp + g (+8), columns
+  // 2 c4 (+1) and +8.
   u32 q_frag[C::kQRegSteps > 0 ? C::kQRegSteps : 1][4];
-  if constexpr (C::kQRegSteps > 0 && HELIXMLA_TC_STAGED_Q) {
+  if constexpr (C::kQRegSteps > 0) {
     cp_async_wait<C::kStages - 2>();  // Q travels in the first group
     __syncthreads();
     const int a_row = wg_warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
@@ -553,20 +542,6 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       ldmatrix_x4(q_frag[i], smem + C::kQStageOffset + swizzled(M, a_row, 2 * (2 * i + wg) + (lane >> 4)));
     }
     __syncthreads();  // fp8 widens tiles into the staging region before the loop's first barrier
-  } else if constexpr (C::kQRegSteps > 0) {
-    const u32* q = static_cast<const u32*>(p.q);
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int r = wg_row + 8 * half;
-      const bool valid = w.row_begin + r < rows_total;
-      const u32* src = q + (valid ? (row0 + r) * (kHeadDim / 2) : 0) + c4;
-#pragma unroll
-      for (int i = 0; i < C::kQRegSteps; ++i) {
-        const int col = 16 * (2 * i + wg);
-        q_frag[i][half] = valid ? src[col / 2] : 0u;
-        q_frag[i][2 + half] = valid ? src[col / 2 + 4] : 0u;
-      }
-    }
   }
 
   // fp8 KV runs the matrix steps in fp16, whatever Q's type: one
@@ -1123,7 +1098,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   const bool direct = w.split < 0;
   auto out_pair = [&](int r, int col, float x, float y) {
     const float l = l_s[r];
-    const float inv = l > 0.0f ? (HELIXMLA_TC_FAST_DIVIDE ? __fdividef(p.out_scale, l) : p.out_scale / l) : 0.0f;
+    const float inv = l > 0.0f ? p.out_scale / l : 0.0f;
     if (direct) {
       u32* out = reinterpret_cast<u32*>(static_cast<u16*>(p.out) + (row0 + r) * kLatent);
       out[col / 2] = pack2<ELEM>(x * inv, y * inv);
