@@ -5,6 +5,10 @@
 #include <vector>
 
 #include "core/sweep.hpp"
+#if defined(HELIXMLA_WITH_CUDA)
+#include "cuda/tensorcore_plan.hpp"
+#include "cuda/tensorcore_variants.hpp"
+#endif
 #include "helixmla/planner.hpp"
 #include "helixmla/profile.hpp"
 #include "helixmla/runtime.hpp"
@@ -111,6 +115,31 @@ void BM_PlanAndShapeOfMixedBatch(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_PlanAndShapeOfMixedBatch);
+
+#if defined(HELIXMLA_WITH_CUDA)
+// The tensor-core backend's work plan (row tiles, the split search, the
+// workspace layout), built by workspace_bytes and again by prepare on every
+// step: suite cases 3 (64 x 8192 tokens, 64 heads), 1 (128 x 4096, 128
+// heads), 8 (one 32768-token request) and 7 (8 x 131072, 16 heads), on an
+// H200's 132 (64-row) or 264 (16-row) block slots.
+void BM_TensorcorePlan(benchmark::State& state) {
+  testing::BatchSpec spec;
+  spec.heads = static_cast<std::int32_t>(state.range(0));
+  spec.generations = static_cast<std::int32_t>(state.range(1));
+  spec.kv_len = {static_cast<std::int32_t>(state.range(2))};
+  spec.allocate_tensors = false;
+  testing::SyntheticBatch batch(spec);
+  const Problem problem = batch.problem();
+  const std::int32_t rows = cuda::tensorcore_row_tile(spec.heads, 1);
+  const std::int32_t slots = rows == 16 ? 264 : 132;
+  for (auto _ : state) benchmark::DoNotOptimize(cuda::plan_tensorcore(problem, rows, slots).workspace_bytes);
+}
+BENCHMARK(BM_TensorcorePlan)
+    ->Args({64, 64, 8192})
+    ->Args({128, 128, 4096})
+    ->Args({128, 1, 32768})
+    ->Args({16, 8, 131072});
+#endif
 
 }  // namespace
 }  // namespace helixmla

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <functional>
-#include <queue>
+#include <map>
 
 namespace helixmla::cuda {
 
@@ -37,17 +37,33 @@ std::int64_t splits_for(std::int64_t tiles, std::int64_t chunk) {
   return tiles <= chunk ? 1 : ceil_div(tiles, ceil_div(tiles, ceil_div(tiles, chunk)));
 }
 
-// Time to finish all items on `slots` parallel blocks, greedily longest first.
-std::int64_t makespan(std::vector<std::int64_t> costs, std::int32_t slots) {
-  std::sort(costs.begin(), costs.end(), std::greater<>());
-  std::priority_queue<std::int64_t, std::vector<std::int64_t>, std::greater<>> loads;
-  for (std::int32_t i = 0; i < slots; ++i) loads.push(0);
+// Item costs (in KV tiles) as cost -> how many items, longest first. Row
+// tiles of a decode batch mostly share their length, so a plan's thousands
+// of items have a handful of distinct costs.
+using CostCounts = std::map<std::int64_t, std::int64_t, std::greater<>>;
+
+// Time to finish all items on `slots` parallel blocks, greedily longest first
+// (each item to a least-loaded slot, as the block scheduler hands out blocks
+// in launch order). Slots of equal load are interchangeable, so they are
+// kept as load -> how many, and items of one cost fill them a group at a
+// time: the same finish time as placing the items one by one.
+std::int64_t makespan(const CostCounts& costs, std::int32_t slots) {
+  std::map<std::int64_t, std::int64_t> slots_at_load{{0, slots}};
   std::int64_t finish = 0;
-  for (std::int64_t cost : costs) {
-    const std::int64_t load = loads.top() + cost;
-    loads.pop();
-    loads.push(load);
-    finish = std::max(finish, load);
+  for (auto [cost, count] : costs) {
+    while (count > 0) {
+      const auto least = slots_at_load.begin();
+      const std::int64_t load = least->first;
+      const std::int64_t take = std::min(count, least->second);
+      if (take == least->second) {
+        slots_at_load.erase(least);
+      } else {
+        least->second -= take;
+      }
+      slots_at_load[load + cost] += take;
+      finish = std::max(finish, load + cost);
+      count -= take;
+    }
   }
   return finish;
 }
@@ -68,8 +84,9 @@ std::vector<std::int64_t> split_candidates(std::size_t units, std::int32_t slots
 // The split chunk (in KV tiles) that finishes soonest; no split when none helps.
 std::int64_t choose_chunk(const std::vector<Unit>& units, std::int32_t slots) {
   if (units.empty()) return 1;
-  std::int64_t longest = 0;
-  for (const Unit& u : units) longest = std::max(longest, u.tiles());
+  std::map<std::int64_t, std::int64_t> units_of_tiles;  // KV tiles -> row tiles with that many
+  for (const Unit& u : units) ++units_of_tiles[u.tiles()];
+  const std::int64_t longest = units_of_tiles.rbegin()->first;
   std::int64_t best_chunk = std::max<std::int64_t>(longest, 1);
   if (units.size() >= static_cast<std::size_t>(4) * slots) return best_chunk;
   std::int64_t best_time = -1;
@@ -78,18 +95,20 @@ std::int64_t choose_chunk(const std::vector<Unit>& units, std::int32_t slots) {
     if (s > 1 && (chunk < kMinSplitTiles || units.size() * s > static_cast<std::size_t>(8) * slots)) {
       break;
     }
-    std::vector<std::int64_t> costs;
+    // Each row tile's splits: `whole` of `per` tiles, then the rest (possibly
+    // none), then empty splits up to n.
+    CostCounts costs;
     bool split = false;
-    for (const Unit& u : units) {
-      const std::int64_t n = splits_for(u.tiles(), chunk);
+    for (const auto& [tiles, count] : units_of_tiles) {
+      const std::int64_t n = splits_for(tiles, chunk);
       split = split || n > 1;
-      const std::int64_t per = ceil_div(u.tiles(), n);
-      for (std::int64_t i = 0; i < n; ++i) {
-        costs.push_back(std::max<std::int64_t>(0, std::min(per, u.tiles() - i * per)) +
-                        kItemOverheadTiles);
-      }
+      const std::int64_t per = ceil_div(tiles, n);
+      const std::int64_t whole = per > 0 ? tiles / per : 0;
+      if (whole > 0) costs[per + kItemOverheadTiles] += whole * count;
+      if (whole < n) costs[tiles - whole * per + kItemOverheadTiles] += count;
+      if (whole + 1 < n) costs[kItemOverheadTiles] += (n - whole - 1) * count;
     }
-    const std::int64_t time = makespan(std::move(costs), slots) + (split ? kSplitLaunchTiles : 0);
+    const std::int64_t time = makespan(costs, slots) + (split ? kSplitLaunchTiles : 0);
     if (best_time < 0 || time < best_time) {
       best_time = time;
       best_chunk = chunk;

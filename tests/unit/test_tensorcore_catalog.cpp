@@ -246,6 +246,18 @@ TEST(TensorcorePlan, ManyEqualRequestsAreNotSplit) {
   expect_plan_covers(p, plan);
 }
 
+// Suite case 3: 64 row tiles of 256 KV tiles on 132 block slots. Two splits
+// each (128 blocks) finish first; three would need a second wave.
+TEST(TensorcorePlan, SixtyFourLongRequestsSplitInTwo) {
+  testing::SyntheticBatch batch(decode_metadata(64, 64, 8192));
+  const Problem p = batch.problem();
+  const TensorcorePlan plan = plan_tensorcore(p, 64, 132);
+  EXPECT_EQ(plan.items.size(), 128u);
+  ASSERT_EQ(plan.segments.size(), 64u);
+  for (const SplitSegment& segment : plan.segments) EXPECT_EQ(segment.splits, 2);
+  expect_plan_covers(p, plan);
+}
+
 TEST(TensorcorePlan, VerifyGroupsAndUnevenLengthsAreCovered) {
   testing::BatchSpec spec;
   spec.heads = 24;
