@@ -1,8 +1,11 @@
 #include "cuda/tensorcore_plan.hpp"
 
 #include <algorithm>
+#include <array>
+#include <cstddef>
 #include <functional>
 #include <map>
+#include <memory_resource>
 
 namespace helixmla::cuda {
 
@@ -40,15 +43,16 @@ std::int64_t splits_for(std::int64_t tiles, std::int64_t chunk) {
 // Item costs (in KV tiles) as cost -> how many items, longest first. Row
 // tiles of a decode batch mostly share their length, so a plan's thousands
 // of items have a handful of distinct costs.
-using CostCounts = std::map<std::int64_t, std::int64_t, std::greater<>>;
+using CostCounts = std::pmr::map<std::int64_t, std::int64_t, std::greater<>>;
 
 // Time to finish all items on `slots` parallel blocks, greedily longest first
 // (each item to a least-loaded slot, as the block scheduler hands out blocks
 // in launch order). Slots of equal load are interchangeable, so they are
 // kept as load -> how many, and items of one cost fill them a group at a
 // time: the same finish time as placing the items one by one.
-std::int64_t makespan(const CostCounts& costs, std::int32_t slots) {
-  std::map<std::int64_t, std::int64_t> slots_at_load{{0, slots}};
+std::int64_t makespan(const CostCounts& costs, std::int32_t slots, std::pmr::memory_resource* arena) {
+  std::pmr::map<std::int64_t, std::int64_t> slots_at_load(arena);
+  slots_at_load.emplace(0, slots);
   std::int64_t finish = 0;
   for (auto [cost, count] : costs) {
     while (count > 0) {
@@ -95,9 +99,13 @@ std::int64_t choose_chunk(const std::vector<Unit>& units, std::int32_t slots) {
     if (s > 1 && (chunk < kMinSplitTiles || units.size() * s > static_cast<std::size_t>(8) * slots)) {
       break;
     }
+    // The candidate's maps live in a stack buffer: the search runs on every
+    // step, and their nodes were most of its time in the heap allocator.
+    std::array<std::byte, 8192> buffer;
+    std::pmr::monotonic_buffer_resource arena(buffer.data(), buffer.size());
     // Each row tile's splits: `whole` of `per` tiles, then the rest (possibly
     // none), then empty splits up to n.
-    CostCounts costs;
+    CostCounts costs(&arena);
     bool split = false;
     for (const auto& [tiles, count] : units_of_tiles) {
       const std::int64_t n = splits_for(tiles, chunk);
@@ -108,7 +116,7 @@ std::int64_t choose_chunk(const std::vector<Unit>& units, std::int32_t slots) {
       if (whole < n) costs[tiles - whole * per + kItemOverheadTiles] += count;
       if (whole + 1 < n) costs[kItemOverheadTiles] += (n - whole - 1) * count;
     }
-    const std::int64_t time = makespan(costs, slots) + (split ? kSplitLaunchTiles : 0);
+    const std::int64_t time = makespan(costs, slots, &arena) + (split ? kSplitLaunchTiles : 0);
     if (best_time < 0 || time < best_time) {
       best_time = time;
       best_chunk = chunk;
@@ -193,8 +201,8 @@ TensorcorePlan plan_tensorcore(const Problem& phase, std::int32_t rows_tile,
   }
   // Longest first lets the block scheduler balance uneven lengths; stable, so
   // the row tiles of one request stay neighbours and share KV through L2.
-  std::stable_sort(ordered.begin(), ordered.end(),
-                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  const auto longer = [](const auto& a, const auto& b) { return a.first > b.first; };
+  if (!std::is_sorted(ordered.begin(), ordered.end(), longer)) std::stable_sort(ordered.begin(), ordered.end(), longer);
   plan.items.reserve(ordered.size());
   for (const auto& entry : ordered) plan.items.push_back(entry.second);
 
