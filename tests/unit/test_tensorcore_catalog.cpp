@@ -204,25 +204,34 @@ testing::BatchSpec decode_metadata(std::int32_t heads, std::int32_t generations,
   return spec;
 }
 
+// A decode batch of equal requests and its plan for `rows`-row tiles on
+// `slots` block slots; the batch owns the metadata the problem points into.
+struct PlannedDecode {
+  PlannedDecode(std::int32_t heads, std::int32_t generations, std::int32_t kv_len, std::int32_t rows,
+                std::int32_t slots)
+      : batch(decode_metadata(heads, generations, kv_len)),
+        problem(batch.problem()),
+        plan(plan_tensorcore(problem, rows, slots)) {}
+  testing::SyntheticBatch batch;
+  Problem problem;
+  TensorcorePlan plan;
+};
+
 TEST(TensorcorePlan, OneLongRequestIsSplitToFillTheGpu) {
-  testing::SyntheticBatch batch(decode_metadata(128, 1, 32768));
-  const Problem p = batch.problem();
-  const TensorcorePlan plan = plan_tensorcore(p, 64, 132);
-  EXPECT_GE(plan.items.size(), 100u);
-  EXPECT_EQ(plan.segments.size(), 2u);
-  expect_plan_covers(p, plan);
+  const PlannedDecode d(128, 1, 32768, 64, 132);
+  EXPECT_GE(d.plan.items.size(), 100u);
+  EXPECT_EQ(d.plan.segments.size(), 2u);
+  expect_plan_covers(d.problem, d.plan);
 }
 
 // Two 1M-token requests of 16 heads: 64 splits each would leave half of 264
 // block slots idle.
 TEST(TensorcorePlan, FewVeryLongRequestsFillEveryBlockSlot) {
-  testing::SyntheticBatch batch(decode_metadata(16, 2, 1048576));
-  const Problem p = batch.problem();
-  const TensorcorePlan plan = plan_tensorcore(p, 16, 264);
-  EXPECT_GE(plan.items.size(), 264u);
-  EXPECT_LE(plan.items.size(), 2u * 264u);
-  EXPECT_EQ(plan.segments.size(), 2u);
-  expect_plan_covers(p, plan);
+  const PlannedDecode d(16, 2, 1048576, 16, 264);
+  EXPECT_GE(d.plan.items.size(), 264u);
+  EXPECT_LE(d.plan.items.size(), 2u * 264u);
+  EXPECT_EQ(d.plan.segments.size(), 2u);
+  expect_plan_covers(d.problem, d.plan);
 }
 
 // The runtime never plans an empty phase, but a direct call must not divide
@@ -238,24 +247,20 @@ TEST(TensorcorePlan, AnEmptyPhasePlansNothing) {
 }
 
 TEST(TensorcorePlan, ManyEqualRequestsAreNotSplit) {
-  testing::SyntheticBatch batch(decode_metadata(128, 128, 4096));
-  const Problem p = batch.problem();
-  const TensorcorePlan plan = plan_tensorcore(p, 64, 132);
-  EXPECT_EQ(plan.items.size(), 256u);
-  EXPECT_TRUE(plan.segments.empty());
-  expect_plan_covers(p, plan);
+  const PlannedDecode d(128, 128, 4096, 64, 132);
+  EXPECT_EQ(d.plan.items.size(), 256u);
+  EXPECT_TRUE(d.plan.segments.empty());
+  expect_plan_covers(d.problem, d.plan);
 }
 
 // Suite case 3: 64 row tiles of 256 KV tiles on 132 block slots. Two splits
 // each (128 blocks) finish first; three would need a second wave.
 TEST(TensorcorePlan, SixtyFourLongRequestsSplitInTwo) {
-  testing::SyntheticBatch batch(decode_metadata(64, 64, 8192));
-  const Problem p = batch.problem();
-  const TensorcorePlan plan = plan_tensorcore(p, 64, 132);
-  EXPECT_EQ(plan.items.size(), 128u);
-  ASSERT_EQ(plan.segments.size(), 64u);
-  for (const SplitSegment& segment : plan.segments) EXPECT_EQ(segment.splits, 2);
-  expect_plan_covers(p, plan);
+  const PlannedDecode d(64, 64, 8192, 64, 132);
+  EXPECT_EQ(d.plan.items.size(), 128u);
+  ASSERT_EQ(d.plan.segments.size(), 64u);
+  for (const SplitSegment& segment : d.plan.segments) EXPECT_EQ(segment.splits, 2);
+  expect_plan_covers(d.problem, d.plan);
 }
 
 TEST(TensorcorePlan, VerifyGroupsAndUnevenLengthsAreCovered) {
