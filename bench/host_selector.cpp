@@ -139,6 +139,21 @@ BENCHMARK(BM_TensorcorePlan)
     ->Args({128, 128, 4096})
     ->Args({128, 1, 32768})
     ->Args({16, 8, 131072});
+
+// The second of the two plans a step asks for (workspace_bytes, then
+// prepare): the thread's last plan, found by comparing the inputs.
+void BM_TensorcorePlanReused(benchmark::State& state) {
+  testing::BatchSpec spec;
+  spec.heads = 64;
+  spec.generations = 64;
+  spec.kv_len = {8192};
+  spec.allocate_tensors = false;
+  testing::SyntheticBatch batch(spec);
+  const Problem problem = batch.problem();
+  cuda::tensorcore_plan_for(problem, 64, 132);
+  for (auto _ : state) benchmark::DoNotOptimize(cuda::tensorcore_plan_for(problem, 64, 132)->workspace_bytes);
+}
+BENCHMARK(BM_TensorcorePlanReused);
 #endif
 
 }  // namespace

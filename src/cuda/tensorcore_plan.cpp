@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <memory_resource>
+#include <span>
 
 namespace helixmla::cuda {
 
@@ -220,6 +221,35 @@ TensorcorePlan plan_tensorcore(const Problem& phase, std::int32_t rows_tile,
                                          helixmla_tc::kLatent * sizeof(float));
   plan.workspace_bytes =
       plan.partial_stats_offset + align_up(static_cast<std::size_t>(plan.entries) * 2 * sizeof(float));
+  return plan;
+}
+
+std::shared_ptr<const TensorcorePlan> tensorcore_plan_for(const Problem& phase, std::int32_t rows_tile,
+                                                          std::int32_t parallel_blocks) {
+  struct Inputs {
+    std::int32_t heads = 0, rows_tile = 0, parallel_blocks = 0;
+    std::size_t page_table_size = 0;
+    std::vector<std::int32_t> q_len, kv_len, bounds;
+  };
+  thread_local Inputs last;
+  thread_local std::shared_ptr<const TensorcorePlan> plan;
+  const auto same = [](const std::vector<std::int32_t>& kept, std::span<const std::int32_t> now) {
+    return std::equal(kept.begin(), kept.end(), now.begin(), now.end());
+  };
+  if (plan && last.heads == phase.num_heads && last.rows_tile == rows_tile &&
+      last.parallel_blocks == parallel_blocks && last.page_table_size == phase.page_table.size() &&
+      same(last.q_len, phase.q_len) && same(last.kv_len, phase.kv_len) &&
+      same(last.bounds, phase.helix.token_kv_bounds)) {
+    return plan;
+  }
+  plan = std::make_shared<const TensorcorePlan>(plan_tensorcore(phase, rows_tile, parallel_blocks));
+  last.heads = phase.num_heads;
+  last.rows_tile = rows_tile;
+  last.parallel_blocks = parallel_blocks;
+  last.page_table_size = phase.page_table.size();
+  last.q_len.assign(phase.q_len.begin(), phase.q_len.end());
+  last.kv_len.assign(phase.kv_len.begin(), phase.kv_len.end());
+  last.bounds.assign(phase.helix.token_kv_bounds.begin(), phase.helix.token_kv_bounds.end());
   return plan;
 }
 

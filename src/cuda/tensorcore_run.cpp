@@ -113,7 +113,7 @@ TensorcoreVariant tensorcore_variant_of(const Problem& phase) {
 }
 
 std::size_t tensorcore_workspace_bytes(const Problem& phase, const TensorcoreVariant& variant) {
-  return plan_tensorcore(phase, variant.rows, parallel_blocks(phase, variant)).workspace_bytes;
+  return tensorcore_plan_for(phase, variant.rows, parallel_blocks(phase, variant))->workspace_bytes;
 }
 
 std::unique_ptr<PreparedRun> prepare_tensorcore(const Problem& phase, const TensorcoreVariant& variant,
@@ -123,7 +123,9 @@ std::unique_ptr<PreparedRun> prepare_tensorcore(const Problem& phase, const Tens
   require_alignment("kv.pool", phase.kv.pool, 16);
   require_alignment("out", phase.out, 4);
   if (phase.stats.present()) require_alignment("stats.data", phase.stats.data, 8);
-  const TensorcorePlan plan = plan_tensorcore(phase, variant.rows, parallel_blocks(phase, variant));
+  const std::shared_ptr<const TensorcorePlan> planned =
+      tensorcore_plan_for(phase, variant.rows, parallel_blocks(phase, variant));
+  const TensorcorePlan& plan = *planned;
   if (workspace.data && workspace.bytes < plan.workspace_bytes) {
     throw InvalidArgument("workspace.bytes", -1, std::to_string(workspace.bytes),
                           "cuda_tensorcore needs at least " +

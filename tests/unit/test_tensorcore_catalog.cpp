@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <set>
 #include <tuple>
@@ -261,6 +262,46 @@ TEST(TensorcorePlan, SixtyFourLongRequestsSplitInTwo) {
   ASSERT_EQ(d.plan.segments.size(), 64u);
   for (const SplitSegment& segment : d.plan.segments) EXPECT_EQ(segment.splits, 2);
   expect_plan_covers(d.problem, d.plan);
+}
+
+// Byte-equal plans: the same items, segments and workspace layout.
+void expect_same_plan(const TensorcorePlan& a, const TensorcorePlan& b) {
+  ASSERT_EQ(a.items.size(), b.items.size());
+  EXPECT_EQ(std::memcmp(a.items.data(), b.items.data(), a.items.size() * sizeof(a.items[0])), 0);
+  ASSERT_EQ(a.segments.size(), b.segments.size());
+  for (std::size_t i = 0; i < a.segments.size(); ++i) {
+    EXPECT_EQ(a.segments[i].first_entry, b.segments[i].first_entry);
+    EXPECT_EQ(a.segments[i].splits, b.segments[i].splits);
+  }
+  EXPECT_EQ(a.workspace_bytes, b.workspace_bytes);
+}
+
+// workspace_bytes and prepare share one plan per phase; any input the plan
+// depends on, changed in value (even in the caller's own buffer), plans anew.
+TEST(TensorcorePlan, ARepeatedPhaseReusesItsPlanAndAChangedOneDoesNot) {
+  const PlannedDecode d(64, 64, 8192, 64, 132);
+  Problem phase = d.problem;
+  std::vector<std::int32_t> kv_len(phase.kv_len.begin(), phase.kv_len.end());
+  phase.kv_len = kv_len;
+  const auto first = tensorcore_plan_for(phase, 64, 132);
+  expect_same_plan(*first, d.plan);
+  EXPECT_EQ(tensorcore_plan_for(phase, 64, 132), first);
+
+  kv_len[5] = 100;  // one request shorter, same buffer
+  const auto shorter = tensorcore_plan_for(phase, 64, 132);
+  EXPECT_NE(shorter, first);
+  expect_same_plan(*shorter, plan_tensorcore(phase, 64, 132));
+  EXPECT_NE(shorter->items.size(), first->items.size());
+
+  EXPECT_NE(tensorcore_plan_for(phase, 64, 264), shorter);  // more block slots
+  const auto again = tensorcore_plan_for(phase, 64, 132);
+  expect_same_plan(*again, *shorter);
+
+  std::vector<std::int32_t> bounds(static_cast<std::size_t>(phase.num_tokens()), 4096);
+  phase.helix.token_kv_bounds = bounds;
+  const auto bounded = tensorcore_plan_for(phase, 64, 132);
+  EXPECT_NE(bounded, again);
+  expect_same_plan(*bounded, plan_tensorcore(phase, 64, 132));
 }
 
 TEST(TensorcorePlan, VerifyGroupsAndUnevenLengthsAreCovered) {
