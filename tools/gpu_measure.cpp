@@ -124,18 +124,10 @@ Timing time_runs(const std::vector<PreparedRun*>& runs, cudaStream_t stream, int
   const auto isolated = event_times_us(stream, warmup, iterations, false, launch);
   const auto queued = event_times_us(stream, warmup, iterations, true, launch);
   for (cudaGraphExec_t exec : execs) cudaGraphExecDestroy(exec);
-  return {isolated[isolated.size() / 2], isolated.front(), isolated.back(), queued[queued.size() / 2]};
-}
-
-double time_back_to_back_us(PreparedRun& run, cudaStream_t stream, int replays) {
-  cudaGraphExec_t exec = capture_run(run, stream);
-  const auto times = event_times_us(stream, 1, std::max(replays, 1), true, [&](int) {
-    cuda_ok(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
-  });
-  cudaGraphExecDestroy(exec);
-  double sum = 0.0;
-  for (double t : times) sum += t;
-  return sum / static_cast<double>(times.size());
+  double queued_sum = 0.0;
+  for (double t : queued) queued_sum += t;
+  return {isolated[isolated.size() / 2], isolated.front(), isolated.back(), queued[queued.size() / 2],
+          queued_sum / static_cast<double>(queued.size())};
 }
 
 }  // namespace helixmla::tools

@@ -28,16 +28,12 @@ struct Timing {
   double min_us = 0.0;
   double max_us = 0.0;
   double queued_median_us = 0.0;
+  double queued_mean_us = 0.0;  // what back-to-back replays cost per call
 };
 // Times the runs round-robin, isolated and then queued, each replayed from a
 // captured CUDA graph when `graphs` is set.
 Timing time_runs(const std::vector<PreparedRun*>& runs, cudaStream_t stream, int warmup, int iterations,
                  bool graphs);
-
-// Mean microseconds per replay when `replays` replays of `run`'s captured
-// graph are queued back to back, as in an engine replaying whole steps: no
-// launch latency between them.
-double time_back_to_back_us(PreparedRun& run, cudaStream_t stream, int replays);
 
 // Median microseconds of `iterations` queued calls of `enqueue(i)`, each
 // timed with events after `warmup` untimed calls.

@@ -145,8 +145,9 @@ Baseline time_baseline(testing::SyntheticBatch& batch, const RuntimeOptions& opt
   {
     testing::DeviceBuffer workspace(runtime.workspace_bytes(problem));
     auto run = runtime.prepare(problem, {workspace.data(), workspace.bytes()}, stream);
-    baseline.us = time_runs({run.get()}, stream, 1, repeat, graphs).median_us;
-    if (graphs) baseline.steady_us = time_back_to_back_us(*run, stream, repeat);
+    const Timing timing = time_runs({run.get()}, stream, 1, repeat, graphs);
+    baseline.us = timing.median_us;
+    if (graphs) baseline.steady_us = timing.queued_mean_us;
   }
   cudaStreamDestroy(stream);
 #else
