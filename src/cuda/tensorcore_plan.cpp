@@ -6,7 +6,9 @@
 #include <functional>
 #include <map>
 #include <memory_resource>
+#include <ranges>
 #include <span>
+#include <vector>
 
 namespace helixmla::cuda {
 
@@ -126,27 +128,56 @@ std::int64_t choose_chunk(const std::vector<Unit>& units, std::int32_t slots) {
   return best_chunk;
 }
 
-std::int32_t token_bound(const Problem& phase, std::int32_t request, std::int32_t token_offset,
-                         std::int32_t t) {
-  const std::int32_t kv = phase.kv_len[static_cast<std::size_t>(request)];
-  std::int64_t bound = phase.helix.token_kv_bounds.empty()
-                           ? visible_kv(kv, phase.q_len[static_cast<std::size_t>(request)], t)
-                           : phase.helix.token_kv_bounds[static_cast<std::size_t>(token_offset + t)];
+// Everything of a phase its plan reads: the plan is a function of these
+// alone, so they are also what a remembered plan is keyed by. Ints is a view
+// (the caller's metadata) or an owned copy (the key kept for the next call).
+template <typename Ints>
+struct PlanInputs {
+  std::int32_t heads = 0;
+  std::int32_t rows_tile = 0;
+  std::int32_t parallel_blocks = 0;
+  std::size_t page_table_size = 0;
+  Ints q_len, kv_len, token_kv_bounds;
+
+  template <typename Other>
+  bool operator==(const PlanInputs<Other>& o) const {
+    return heads == o.heads && rows_tile == o.rows_tile && parallel_blocks == o.parallel_blocks &&
+           page_table_size == o.page_table_size && std::ranges::equal(q_len, o.q_len) &&
+           std::ranges::equal(kv_len, o.kv_len) && std::ranges::equal(token_kv_bounds, o.token_kv_bounds);
+  }
+};
+using PhaseInputs = PlanInputs<std::span<const std::int32_t>>;
+using KeptInputs = PlanInputs<std::vector<std::int32_t>>;
+
+PhaseInputs inputs_of(const Problem& phase, std::int32_t rows_tile, std::int32_t parallel_blocks) {
+  return {phase.num_heads, rows_tile, parallel_blocks, phase.page_table.size(),
+          phase.q_len,     phase.kv_len, phase.helix.token_kv_bounds};
+}
+
+KeptInputs kept(const PhaseInputs& in) {
+  const auto copy = [](std::span<const std::int32_t> v) { return std::vector<std::int32_t>(v.begin(), v.end()); };
+  return {in.heads, in.rows_tile, in.parallel_blocks, in.page_table_size,
+          copy(in.q_len), copy(in.kv_len), copy(in.token_kv_bounds)};
+}
+
+std::int32_t token_bound(const PhaseInputs& in, std::int32_t request, std::int32_t token_offset, std::int32_t t) {
+  const std::int32_t kv = in.kv_len[static_cast<std::size_t>(request)];
+  std::int64_t bound = in.token_kv_bounds.empty()
+                           ? visible_kv(kv, in.q_len[static_cast<std::size_t>(request)], t)
+                           : in.token_kv_bounds[static_cast<std::size_t>(token_offset + t)];
   return static_cast<std::int32_t>(std::clamp<std::int64_t>(bound, 0, kv));
 }
 
-}  // namespace
-
-TensorcorePlan plan_tensorcore(const Problem& phase, std::int32_t rows_tile,
-                               std::int32_t parallel_blocks) {
+TensorcorePlan plan_of(const PhaseInputs& in) {
   TensorcorePlan plan;
+  const std::int32_t rows_tile = in.rows_tile;
   plan.rows_tile = rows_tile;
-  const std::int32_t heads = phase.num_heads;
+  const std::int32_t heads = in.heads;
 
   std::vector<Unit> units;
   std::int32_t token_offset = 0;
-  for (std::int32_t r = 0; r < phase.num_requests(); ++r) {
-    const std::int32_t q_len = phase.q_len[static_cast<std::size_t>(r)];
+  for (std::int32_t r = 0; r < static_cast<std::int32_t>(in.q_len.size()); ++r) {
+    const std::int32_t q_len = in.q_len[static_cast<std::size_t>(r)];
     const std::int32_t rows = q_len * heads;
     for (std::int32_t begin = 0; begin < rows; begin += rows_tile) {
       Unit u;
@@ -156,20 +187,20 @@ TensorcorePlan plan_tensorcore(const Problem& phase, std::int32_t rows_tile,
       u.rows = std::min(rows_tile, rows - begin);
       const std::int32_t last_token = (begin + u.rows - 1) / heads;
       for (std::int32_t t = begin / heads; t <= last_token; ++t) {
-        u.kv_visible = std::max(u.kv_visible, token_bound(phase, r, token_offset, t));
+        u.kv_visible = std::max(u.kv_visible, token_bound(in, r, token_offset, t));
       }
       units.push_back(u);
     }
     token_offset += q_len;
   }
 
-  const std::int64_t chunk = choose_chunk(units, std::max(parallel_blocks, 1));
+  const std::int64_t chunk = choose_chunk(units, std::max(in.parallel_blocks, 1));
   std::vector<std::pair<std::int64_t, helixmla_tc::WorkItem>> ordered;
   for (const Unit& u : units) {
     helixmla_tc::WorkItem item{};
     item.token_offset = u.token_offset;
-    item.q_len = phase.q_len[static_cast<std::size_t>(u.request)];
-    item.kv_len = phase.kv_len[static_cast<std::size_t>(u.request)];
+    item.q_len = in.q_len[static_cast<std::size_t>(u.request)];
+    item.kv_len = in.kv_len[static_cast<std::size_t>(u.request)];
     item.request = u.request;
     item.row_begin = u.row_begin;
     const std::int64_t n = splits_for(u.tiles(), chunk);
@@ -212,9 +243,9 @@ TensorcorePlan plan_tensorcore(const Problem& phase, std::int32_t rows_tile,
   plan.bounds_offset =
       plan.segments_offset + align_up(plan.segments.size() * sizeof(SplitSegment));
   plan.page_table_offset =
-      plan.bounds_offset + align_up(phase.helix.token_kv_bounds.size() * sizeof(std::int32_t));
+      plan.bounds_offset + align_up(in.token_kv_bounds.size() * sizeof(std::int32_t));
   plan.metadata_bytes =
-      plan.page_table_offset + align_up(phase.page_table.size() * sizeof(std::int32_t));
+      plan.page_table_offset + align_up(in.page_table_size * sizeof(std::int32_t));
   plan.partial_out_offset = plan.metadata_bytes;
   plan.partial_stats_offset =
       plan.partial_out_offset + align_up(static_cast<std::size_t>(plan.entries) *
@@ -224,32 +255,20 @@ TensorcorePlan plan_tensorcore(const Problem& phase, std::int32_t rows_tile,
   return plan;
 }
 
+}  // namespace
+
+TensorcorePlan plan_tensorcore(const Problem& phase, std::int32_t rows_tile, std::int32_t parallel_blocks) {
+  return plan_of(inputs_of(phase, rows_tile, parallel_blocks));
+}
+
 std::shared_ptr<const TensorcorePlan> tensorcore_plan_for(const Problem& phase, std::int32_t rows_tile,
                                                           std::int32_t parallel_blocks) {
-  struct Inputs {
-    std::int32_t heads = 0, rows_tile = 0, parallel_blocks = 0;
-    std::size_t page_table_size = 0;
-    std::vector<std::int32_t> q_len, kv_len, bounds;
-  };
-  thread_local Inputs last;
+  thread_local KeptInputs last;
   thread_local std::shared_ptr<const TensorcorePlan> plan;
-  const auto same = [](const std::vector<std::int32_t>& kept, std::span<const std::int32_t> now) {
-    return std::equal(kept.begin(), kept.end(), now.begin(), now.end());
-  };
-  if (plan && last.heads == phase.num_heads && last.rows_tile == rows_tile &&
-      last.parallel_blocks == parallel_blocks && last.page_table_size == phase.page_table.size() &&
-      same(last.q_len, phase.q_len) && same(last.kv_len, phase.kv_len) &&
-      same(last.bounds, phase.helix.token_kv_bounds)) {
-    return plan;
-  }
-  plan = std::make_shared<const TensorcorePlan>(plan_tensorcore(phase, rows_tile, parallel_blocks));
-  last.heads = phase.num_heads;
-  last.rows_tile = rows_tile;
-  last.parallel_blocks = parallel_blocks;
-  last.page_table_size = phase.page_table.size();
-  last.q_len.assign(phase.q_len.begin(), phase.q_len.end());
-  last.kv_len.assign(phase.kv_len.begin(), phase.kv_len.end());
-  last.bounds.assign(phase.helix.token_kv_bounds.begin(), phase.helix.token_kv_bounds.end());
+  const PhaseInputs in = inputs_of(phase, rows_tile, parallel_blocks);
+  if (plan && last == in) return plan;
+  plan = std::make_shared<const TensorcorePlan>(plan_of(in));
+  last = kept(in);
   return plan;
 }
 

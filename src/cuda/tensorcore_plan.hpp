@@ -41,9 +41,10 @@ TensorcorePlan plan_tensorcore(const Problem& phase, std::int32_t rows_tile,
 
 // plan_tensorcore, remembered per thread: an engine sizes the workspace and
 // then prepares the same phase, and each needs the plan. The last plan this
-// thread built is returned again while the inputs it was built from (heads,
-// q_len, kv_len, Helix bounds, page-table size, row tile, block slots) are
-// equal in value; the caller's spans may change between calls.
+// thread built is returned again while everything the plan reads (heads,
+// q_len, kv_len, Helix bounds, page-table size, row tile, block slots; one
+// struct in the .cpp is both the planner's input and the key) is equal in
+// value; the caller's spans may change between calls.
 std::shared_ptr<const TensorcorePlan> tensorcore_plan_for(const Problem& phase, std::int32_t rows_tile,
                                                           std::int32_t parallel_blocks);
 
