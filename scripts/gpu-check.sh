@@ -127,13 +127,14 @@ if step variants; then
         ninja -C "$build-variant$i" -j "$(nproc)" helixmla ) >"$out/variant$i.log" 2>&1 &
   done
   wait
+  variant_dir() { if [ "$1" = default ]; then echo "$build"; else echo "$build-variant$1"; fi; }
   for i in "${!variant_flags[@]}"; do
     [ -x "$build-variant$i/helixmla" ] || summary+=("variant $i (${variant_flags[$i]}): build failed: $(grep -m1 -E 'error' "$out/variant$i.log")")
   done
   # Where each build's precompiled kernels start their KV loop (offset in a
   # 128-byte line; NOTES: loop placement), "M/page/elem/kv/engine@offset".
   for i in "${!variant_flags[@]}" default; do
-    if [ "$i" = default ]; then vb=$build; else vb=$build-variant$i; fi
+    vb=$(variant_dir "$i")
     [ -f "$vb/libhelixmla.so" ] || continue
     cuobjdump -sass "$vb/libhelixmla.so" >"$out/variant$i.sass" 2>/dev/null
     placement=$(python3 scripts/sass_loops.py "$out/variant$i.sass" | grep mla_decode_kernel | grep -E 'ILi(16|64)ELi64E' |
@@ -143,7 +144,8 @@ if step variants; then
   for r in $(seq 1 "$rounds"); do
     for i in "${!variant_flags[@]}" default; do
       [ "$(elapsed)" -ge "$budget" ] && { summary+=("variant $i round $r: skipped, time budget spent"); continue; }
-      if [ "$i" = default ]; then vb=$build label=default; else vb=$build-variant$i label="$i (${variant_flags[$i]})"; fi
+      vb=$(variant_dir "$i")
+      if [ "$i" = default ]; then label=default; else label="$i (${variant_flags[$i]})"; fi
       [ -x "$vb/helixmla" ] || continue
       HELIXMLA_JIT_CACHE="$vb/jit" timeout "$(within 120)" "$vb/helixmla" bench --suite "$suite" --cases "$cases" \
         >"$out/variant$i-r$r.txt" 2>&1
