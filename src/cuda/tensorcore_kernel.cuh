@@ -75,15 +75,6 @@ namespace helixmla_tc {
 #define HELIXMLA_TC_M16_FP8_BLOCKS_PER_SM 3
 #endif
 
-// Instructions placed before the KV loop (A/B knob, 0): each is one 16-byte
-// SASS instruction run once per block, so the loop's start moves by 16 bytes
-// per unit. Every build whose 64-row loop measured ~5% slower per tile
-// started it 16 bytes off a 32-byte boundary (session 9, bench/RESULTS.md);
-// this moves the loop without touching its code.
-#ifndef HELIXMLA_TC_LOOP_PAD
-#define HELIXMLA_TC_LOOP_PAD 0
-#endif
-
 // Element kinds of the matrix inputs: Q (and out) type, and KV storage.
 enum ElemKind { kElemBf16 = 0, kElemFp16 = 1 };
 enum KvKind { kKvSameAsQ = 0, kKvFp8 = 1 };
@@ -825,8 +816,6 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     return stage_s + (tile % C::kStages) * C::kStageBytes;
   };
 
-#pragma unroll
-  for (int i = 0; i < HELIXMLA_TC_LOOP_PAD; ++i) asm volatile("nanosleep.u32 0;\n");
   for (int it = 0; it < n_tiles; ++it) {
     if constexpr (kOverlap) {
       // The tensor cores take S(it + 1) while this tile's softmax runs,
