@@ -84,14 +84,15 @@ std::string PerfTable::to_json() const {
 }
 
 PerfTable PerfTable::from_json(const std::string& text, const std::string& origin) {
-  const json root = parse_json_input(text, "perf_table", origin);
-  if (!root.is_object()) throw InvalidArgument("perf_table", -1, root.type_name(), "must be a JSON object");
-  const json& version = member(root, "version", "perf_table");
+  const std::string where = "perf_table";  // a named string: a temporary here reads as dangling to g++ 13
+  const json root = parse_json_input(text, where, origin);
+  if (!root.is_object()) throw InvalidArgument(where, -1, root.type_name(), "must be a JSON object");
+  const json& version = member(root, "version", where);
   if (version != kVersion) {
     throw InvalidArgument("perf_table.version", -1, brief_json(version),
                           fmt::format("this build reads version {}", kVersion));
   }
-  const json& entries = member(root, "entries", "perf_table");
+  const json& entries = member(root, "entries", where);
   if (!entries.is_array()) {
     throw InvalidArgument("perf_table.entries", -1, entries.type_name(), "must be an array");
   }

@@ -152,9 +152,11 @@ std::string optional_string(const json& object, const char* key, const std::stri
   return it == object.end() ? std::string() : string_at(*it, where + "." + key);
 }
 
-const json& array_at(const json& value, const std::string& field) {
+// Checks in place rather than passing the value through: g++ 13 takes a
+// reference returned by a call with a temporary argument (a built field
+// name) for a dangling one.
+void require_array(const json& value, const std::string& field) {
   if (!value.is_array()) bad(field, value, "must be an array");
-  return value;
 }
 
 Arch arch_at(const json& value, const std::string& field) {
@@ -279,7 +281,7 @@ Condition parse_condition(const json& object, const std::string& where) {
   for (const auto& [key, value] : object.items()) {
     const std::string at = where + "." + key;
     if (key == "any_of") {
-      array_at(value, at);
+      require_array(value, at);
       if (value.empty()) bad(at, value, "must list at least one condition");
       for (std::size_t i = 0; i < value.size(); ++i) {
         cond.any_of.push_back(parse_condition(value[i], fmt::format("{}[{}]", at, i)));
@@ -331,7 +333,7 @@ struct Step {
 };
 
 std::vector<MinBatch> parse_min_batch(const json& value, const std::string& where) {
-  array_at(value, where);
+  require_array(value, where);
   std::vector<MinBatch> table;
   for (std::size_t i = 0; i < value.size(); ++i) {
     const std::string at = fmt::format("{}[{}]", where, i);
@@ -370,7 +372,8 @@ Step parse_step(const json& object, const std::string& where) {
   } else {
     step.kind = Step::Kind::performance_gate;
     const std::string at = where + ".performance_gate";
-    const json& rules = array_at(object["performance_gate"], at);
+    const json& rules = object["performance_gate"];
+    require_array(rules, at);
     if (rules.empty()) bad(at, rules, "must list at least one rule");
     for (std::size_t i = 0; i < rules.size(); ++i) {
       const std::string rule_at = fmt::format("{}[{}]", at, i);
@@ -423,7 +426,7 @@ std::string fill(std::string text, const PhaseShape& s, const Family& family) {
 }
 
 std::vector<std::int32_t> page_list(const json& value, const std::string& where) {
-  array_at(value, where);
+  require_array(value, where);
   std::vector<std::int32_t> pages;
   for (std::size_t i = 0; i < value.size(); ++i) {
     const std::int64_t page = int_at(value[i], fmt::format("{}[{}]", where, i));
@@ -630,12 +633,13 @@ std::shared_ptr<ProfileBackend> parse_backend(const json& object, const std::str
   if (priority < -1000000 || priority > 1000000) bad(where + ".priority", object["priority"], "out of range");
   backend->priority_ = static_cast<int>(priority);
 
-  const json& archs = array_at(required(object, "archs", where), where + ".archs");
+  const json& archs = required(object, "archs", where);
+  require_array(archs, where + ".archs");
   for (std::size_t i = 0; i < archs.size(); ++i) {
     backend->archs_.push_back(arch_at(archs[i], fmt::format("{}.archs[{}]", where, i)));
   }
   if (const auto it = object.find("admission"); it != object.end()) {
-    array_at(*it, where + ".admission");
+    require_array(*it, where + ".admission");
     for (std::size_t i = 0; i < it->size(); ++i) {
       backend->steps_.push_back(parse_step((*it)[i], fmt::format("{}.admission[{}]", where, i)));
     }
@@ -650,7 +654,8 @@ std::shared_ptr<ProfileBackend> parse_backend(const json& object, const std::str
     bad(at + ".lookup", kernels["lookup"], "must be \"at_selection\" or \"at_run\"");
   }
   backend->catalog_.lookup_at_run = lookup == "at_run";
-  const json& families = array_at(required(kernels, "families", at), at + ".families");
+  const json& families = required(kernels, "families", at);
+  require_array(families, at + ".families");
   if (families.empty()) bad(at + ".families", families, "must list at least one kernel family");
   for (std::size_t i = 0; i < families.size(); ++i) {
     backend->catalog_.families.push_back(parse_family(families[i], fmt::format("{}.families[{}]", at, i)));
@@ -691,7 +696,8 @@ Profile parse_profile(const std::string& json_text, const std::string& origin) {
   if (const auto scope = root.find("scope"); scope != root.end()) {
     only_keys(*scope, "profile.scope", {"archs", "phases"});
     if (scope->contains("archs")) {
-      const json& archs = array_at((*scope)["archs"], "profile.scope.archs");
+      const json& archs = (*scope)["archs"];
+      require_array(archs, "profile.scope.archs");
       if (archs.empty()) bad("profile.scope.archs", archs, "must list at least one architecture");
       profile.archs.clear();
       for (std::size_t i = 0; i < archs.size(); ++i) {
@@ -699,7 +705,8 @@ Profile parse_profile(const std::string& json_text, const std::string& origin) {
       }
     }
     if (scope->contains("phases")) {
-      const json& phases = array_at((*scope)["phases"], "profile.scope.phases");
+      const json& phases = (*scope)["phases"];
+      require_array(phases, "profile.scope.phases");
       if (phases.empty()) bad("profile.scope.phases", phases, "must list at least one phase");
       profile.phases.clear();
       for (std::size_t i = 0; i < phases.size(); ++i) {
@@ -708,7 +715,8 @@ Profile parse_profile(const std::string& json_text, const std::string& origin) {
     }
   }
 
-  const json& backends = array_at(required(root, "backends", where), "profile.backends");
+  const json& backends = required(root, "backends", where);
+  require_array(backends, "profile.backends");
   if (backends.empty()) bad("profile.backends", backends, "must describe at least one backend");
   std::set<std::string> names;
   for (std::size_t i = 0; i < backends.size(); ++i) {
