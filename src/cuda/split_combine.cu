@@ -82,6 +82,7 @@ struct RowSplits {
   int splits = 0;
   const float2* stats = nullptr;
   MaxSum total;
+  float inv_l = 0.0f;  // 1 / total.l, 0 for a row no split saw anything of
 
   __device__ RowSplits(const SplitCombineArgs& args, std::int64_t row) {
     const SplitSegment seg = args.segments[find_segment(args.segments, args.num_segments, row)];
@@ -91,10 +92,14 @@ struct RowSplits {
     splits = seg.splits;
     stats = reinterpret_cast<const float2*>(args.partial_stats) + first;
   }
+  __device__ void set_total(MaxSum merged) {
+    total = merged;
+    inv_l = empty() ? 0.0f : 1.0f / total.l;
+  }
   __device__ bool empty() const { return !(total.l > 0.0f); }
   __device__ float weight(int s) const {
     const float2 ml = stats[s];
-    return contributes(ml.x, ml.y) ? ml.y * __expf(ml.x - total.m) / total.l : 0.0f;
+    return contributes(ml.x, ml.y) ? ml.y * __expf(ml.x - total.m) * inv_l : 0.0f;
   }
   __device__ void write_stats(const SplitCombineArgs& args) const {
     if (args.stats == nullptr) return;
@@ -136,8 +141,9 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock) split_combine_rows_kernel(
   if (row >= args.total_rows) return;
   const int lane = threadIdx.x % 32;
   RowSplits r(args, row);
-  for (int s = lane; s < r.splits; s += 32) r.total.add(r.stats[s].x, r.stats[s].y);
-  r.total = warp_merge(r.total);
+  MaxSum lane_total;
+  for (int s = lane; s < r.splits; s += 32) lane_total.add(r.stats[s].x, r.stats[s].y);
+  r.set_total(warp_merge(lane_total));
   const int rank = args.kv_lora_rank;
   Out* out = static_cast<Out*>(args.out) + r.out_row * rank;
   const float* partial = args.partial_out + r.first * rank;
@@ -177,12 +183,14 @@ __global__ void __launch_bounds__(32 * kWideLanes) split_combine_wide_kernel(Spl
   __shared__ float2 merge_s[kWideLanes];
   __shared__ float4 lane_sums_s[kWideLanes - 1][32];
   RowSplits r(args, blockIdx.x);
-  for (int s = threadIdx.x; s < r.splits; s += kThreads) r.total.add(r.stats[s].x, r.stats[s].y);
-  r.total = warp_merge(r.total);
-  if (threadIdx.x % 32 == 0) merge_s[threadIdx.x / 32] = make_float2(r.total.m, r.total.l);
+  MaxSum thread_total;
+  for (int s = threadIdx.x; s < r.splits; s += kThreads) thread_total.add(r.stats[s].x, r.stats[s].y);
+  const MaxSum warp_total = warp_merge(thread_total);
+  if (threadIdx.x % 32 == 0) merge_s[threadIdx.x / 32] = make_float2(warp_total.m, warp_total.l);
   __syncthreads();
-  r.total = MaxSum{};
-  for (int w = 0; w < kWideLanes; ++w) r.total.add(merge_s[w].x, merge_s[w].y);
+  MaxSum block_total;
+  for (int w = 0; w < kWideLanes; ++w) block_total.add(merge_s[w].x, merge_s[w].y);
+  r.set_total(block_total);
 
   const int rank = args.kv_lora_rank;
   Out* out = static_cast<Out*>(args.out) + r.out_row * rank;
