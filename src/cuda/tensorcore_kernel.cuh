@@ -541,7 +541,9 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     for (int i = 0; i < C::kQRegSteps; ++i) {
       ldmatrix_x4(q_frag[i], smem + C::kQStageOffset + swizzled(M, a_row, 2 * (2 * i + wg) + (lane >> 4)));
     }
-    __syncthreads();  // fp8 widens tiles into the staging region before the loop's first barrier
+    // fp8 widens tiles into the staging region before the loop's first
+    // barrier; with bf16 Q the scaling block below barriers first.
+    if constexpr (KV == kKvFp8 && ELEM == kElemFp16) __syncthreads();
   }
 
   // fp8 KV runs the matrix steps in fp16, whatever Q's type: one
@@ -555,8 +557,10 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   float scale_log2 = p.scale_log2;
   if constexpr (KV == kKvFp8 && (ELEM == kElemBf16 || !C::kWgmma)) {
     constexpr int kSmemSteps = kHeadDim / 16 - 4 * C::kQRegBlocks;  // k16 steps of Q in shared memory
-    cp_async_wait<C::kStages - 2>();  // Q travels in the first group
-    __syncthreads();
+    if constexpr (C::kQRegSteps == 0) {  // else Q's register columns waited for it above
+      cp_async_wait<C::kStages - 2>();  // Q travels in the first group
+      __syncthreads();
+    }
     float q_scale = 1.0f;
     if constexpr (ELEM == kElemBf16) {
       u32 top = 0;  // largest |Q| bit pattern (sign dropped) of this thread's values
