@@ -75,6 +75,12 @@ namespace helixmla_tc {
 #define HELIXMLA_TC_M16_FP8_BLOCKS_PER_SM 3
 #endif
 
+// wgmma softmax (A/B knob, 0): maxima of the unscaled S and the scale folded
+// into the exponent's FFMA, masking only in tiles that reach a row's bound.
+#ifndef HELIXMLA_TC_LEAN_SOFTMAX
+#define HELIXMLA_TC_LEAN_SOFTMAX 0
+#endif
+
 // Element kinds of the matrix inputs: Q (and out) type, and KV storage.
 enum ElemKind { kElemBf16 = 0, kElemFp16 = 1 };
 enum KvKind { kKvSameAsQ = 0, kKvFp8 = 1 };
@@ -442,7 +448,10 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
 
   if (tid < M) {
     const int r = w.row_begin + tid;
-    int bound = 0;
+    // Rows past the request's last are never stored. The lean softmax lets
+    // them see the whole range, so that the warps holding them take the
+    // unmasked path in full tiles too (their Q is zero-filled: finite S).
+    int bound = HELIXMLA_TC_LEAN_SOFTMAX ? w.kv_end : 0;
     if (r < rows_total) {
       const int t = r / p.heads;
       bound = p.token_bounds ? p.token_bounds[w.token_offset + t] : visible_kv(w.kv_len, w.q_len, t);
@@ -721,38 +730,92 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       // the rows. Both warpgroups compute the same values; l stays a
       // per-thread partial sum until the epilogue.
       const int start = w.kv_begin + it * T;
-      float max_lo = neg_inf(), max_hi = neg_inf();
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int pos = start + 8 * j + 2 * c4 + e;
-          s_acc[4 * j + e] = pos < bound_lo ? s_acc[4 * j + e] * scale_log2 : neg_inf();
-          s_acc[4 * j + 2 + e] = pos < bound_hi ? s_acc[4 * j + 2 + e] * scale_log2 : neg_inf();
-          max_lo = fmaxf(max_lo, s_acc[4 * j + e]);
-          max_hi = fmaxf(max_hi, s_acc[4 * j + 2 + e]);
-        }
-      }
-#pragma unroll
-      for (int off = 1; off < 4; off <<= 1) {
-        max_lo = fmaxf(max_lo, __shfl_xor_sync(0xffffffffu, max_lo, off));
-        max_hi = fmaxf(max_hi, __shfl_xor_sync(0xffffffffu, max_hi, off));
-      }
-      const float new_lo = fmaxf(m_lo, max_lo);
-      const float new_hi = fmaxf(m_hi, max_hi);
-      const bool any_lo = new_lo != neg_inf();
-      const bool any_hi = new_hi != neg_inf();
-      const float alpha_lo = any_lo ? fast_exp2(m_lo - new_lo) : 1.0f;
-      const float alpha_hi = any_hi ? fast_exp2(m_hi - new_hi) : 1.0f;
+      float new_lo, new_hi, alpha_lo, alpha_hi;
       float sum_lo = 0.0f, sum_hi = 0.0f;
+      if constexpr (HELIXMLA_TC_LEAN_SOFTMAX) {
+        // Maxima of the unscaled S (the scale is positive), the scale then
+        // folded into each exponent's subtraction (one FFMA); positions
+        // past a row's bound become -inf only in tiles that reach a bound.
+        float max_lo = neg_inf(), max_hi = neg_inf();
+        if (start + T <= (bound_lo < bound_hi ? bound_lo : bound_hi)) {
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
+          for (int j = 0; j < 4; ++j) {
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          s_acc[4 * j + e] = any_lo ? fast_exp2(s_acc[4 * j + e] - new_lo) : 0.0f;
-          s_acc[4 * j + 2 + e] = any_hi ? fast_exp2(s_acc[4 * j + 2 + e] - new_hi) : 0.0f;
-          sum_lo += s_acc[4 * j + e];
-          sum_hi += s_acc[4 * j + 2 + e];
+            for (int e = 0; e < 2; ++e) {
+              max_lo = fmaxf(max_lo, s_acc[4 * j + e]);
+              max_hi = fmaxf(max_hi, s_acc[4 * j + 2 + e]);
+            }
+          }
+        } else {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int pos = start + 8 * j + 2 * c4 + e;
+              s_acc[4 * j + e] = pos < bound_lo ? s_acc[4 * j + e] : neg_inf();
+              s_acc[4 * j + 2 + e] = pos < bound_hi ? s_acc[4 * j + 2 + e] : neg_inf();
+              max_lo = fmaxf(max_lo, s_acc[4 * j + e]);
+              max_hi = fmaxf(max_hi, s_acc[4 * j + 2 + e]);
+            }
+          }
+        }
+#pragma unroll
+        for (int off = 1; off < 4; off <<= 1) {
+          max_lo = fmaxf(max_lo, __shfl_xor_sync(0xffffffffu, max_lo, off));
+          max_hi = fmaxf(max_hi, __shfl_xor_sync(0xffffffffu, max_hi, off));
+        }
+        new_lo = fmaxf(m_lo, max_lo * scale_log2);
+        new_hi = fmaxf(m_hi, max_hi * scale_log2);
+        const bool any_lo = new_lo != neg_inf();
+        const bool any_hi = new_hi != neg_inf();
+        alpha_lo = any_lo ? fast_exp2(m_lo - new_lo) : 1.0f;
+        alpha_hi = any_hi ? fast_exp2(m_hi - new_hi) : 1.0f;
+        // A row that has seen nothing subtracts 0: its -inf positions give 0.
+        const float sub_lo = any_lo ? new_lo : 0.0f;
+        const float sub_hi = any_hi ? new_hi : 0.0f;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            s_acc[4 * j + e] = fast_exp2(fmaf(s_acc[4 * j + e], scale_log2, -sub_lo));
+            s_acc[4 * j + 2 + e] = fast_exp2(fmaf(s_acc[4 * j + 2 + e], scale_log2, -sub_hi));
+            sum_lo += s_acc[4 * j + e];
+            sum_hi += s_acc[4 * j + 2 + e];
+          }
+        }
+      } else {
+        float max_lo = neg_inf(), max_hi = neg_inf();
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int pos = start + 8 * j + 2 * c4 + e;
+            s_acc[4 * j + e] = pos < bound_lo ? s_acc[4 * j + e] * scale_log2 : neg_inf();
+            s_acc[4 * j + 2 + e] = pos < bound_hi ? s_acc[4 * j + 2 + e] * scale_log2 : neg_inf();
+            max_lo = fmaxf(max_lo, s_acc[4 * j + e]);
+            max_hi = fmaxf(max_hi, s_acc[4 * j + 2 + e]);
+          }
+        }
+#pragma unroll
+        for (int off = 1; off < 4; off <<= 1) {
+          max_lo = fmaxf(max_lo, __shfl_xor_sync(0xffffffffu, max_lo, off));
+          max_hi = fmaxf(max_hi, __shfl_xor_sync(0xffffffffu, max_hi, off));
+        }
+        new_lo = fmaxf(m_lo, max_lo);
+        new_hi = fmaxf(m_hi, max_hi);
+        const bool any_lo = new_lo != neg_inf();
+        const bool any_hi = new_hi != neg_inf();
+        alpha_lo = any_lo ? fast_exp2(m_lo - new_lo) : 1.0f;
+        alpha_hi = any_hi ? fast_exp2(m_hi - new_hi) : 1.0f;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            s_acc[4 * j + e] = any_lo ? fast_exp2(s_acc[4 * j + e] - new_lo) : 0.0f;
+            s_acc[4 * j + 2 + e] = any_hi ? fast_exp2(s_acc[4 * j + 2 + e] - new_hi) : 0.0f;
+            sum_lo += s_acc[4 * j + e];
+            sum_hi += s_acc[4 * j + 2 + e];
+          }
         }
       }
       l_lo = l_lo * alpha_lo + sum_lo;
