@@ -75,12 +75,6 @@ namespace helixmla_tc {
 #define HELIXMLA_TC_M16_FP8_BLOCKS_PER_SM 3
 #endif
 
-// wgmma softmax (A/B knob, 0): maxima of the unscaled S and the scale folded
-// into the exponent's FFMA, masking only in tiles that reach a row's bound.
-#ifndef HELIXMLA_TC_LEAN_SOFTMAX
-#define HELIXMLA_TC_LEAN_SOFTMAX 0
-#endif
-
 // Element kinds of the matrix inputs: Q (and out) type, and KV storage.
 enum ElemKind { kElemBf16 = 0, kElemFp16 = 1 };
 enum KvKind { kKvSameAsQ = 0, kKvFp8 = 1 };
@@ -443,6 +437,29 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   const int c4 = lane & 3;
   const int rows_total = w.q_len * p.heads;
   const long long row0 = static_cast<long long>(w.token_offset) * p.heads + w.row_begin;
+
+  // wgmma engine, split into its steps so that they overlap across tiles:
+  // S(it + 1) is issued before the softmax of tile it and P V(it) right
+  // behind it, so the tensor cores work through the softmax and one round
+  // trip of wgmma issue and wait per tile disappears; fp8 widens tile
+  // it + 2 while both are in flight. 16-bit KV in pages under 8 tokens
+  // keeps the serial order: the overlap waits for tile it + 1, one tile
+  // less in flight than the serial loop's wait for tile it, and a gather of
+  // rows that scattered needs the extra tile (pages 1, 2 and 4 measured
+  // 6-8% slower with the overlap, page 8 5% faster; fp8, whose widened
+  // tiles keep a tile more in flight, 6% faster at page 1 and 15% at 8;
+  // session 8). Neither a fifth stage for the serial loop (its one S swap
+  // buffer leaves the room) nor S(it + 1) issued behind P V(it) once tile
+  // it + 1 has landed (one wait per tile) helped there: 1% and 13% slower
+  // at pages 1 and 2 (session 9).
+  constexpr bool kOverlap = C::kWgmma && (PAGE >= 8 || KV == kKvFp8);
+  // The softmax of the overlapped 16-bit loop takes maxima of the unscaled
+  // S (the scale is positive), folds the scale into each exponent's FFMA
+  // and masks only tiles that reach a row's bound: 1-2% faster on suite
+  // cases 3, 4, 6 and 13, but 0.6% slower on fp8 (case 10) and 1% on the
+  // serial loop (case 16), which keep the plain one (session 10).
+  constexpr bool kLeanSoftmax = kOverlap && KV != kKvFp8;
+
   const int* page_row = p.page_table + static_cast<long long>(w.request) * p.page_table_stride;
   const unsigned char* pool = static_cast<const unsigned char*>(p.pool);
 
@@ -451,7 +468,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     // Rows past the request's last are never stored. The lean softmax lets
     // them see the whole range, so that the warps holding them take the
     // unmasked path in full tiles too (their Q is zero-filled: finite S).
-    int bound = HELIXMLA_TC_LEAN_SOFTMAX ? w.kv_end : 0;
+    int bound = kLeanSoftmax ? w.kv_end : 0;
     if (r < rows_total) {
       const int t = r / p.heads;
       bound = p.token_bounds ? p.token_bounds[w.token_offset + t] : visible_kv(w.kv_len, w.q_len, t);
@@ -640,21 +657,6 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
 #pragma unroll
   for (int i = 0; i < MT * 32; ++i) acc[i] = 0.0f;
 
-  // wgmma engine, split into its steps so that they overlap across tiles:
-  // S(it + 1) is issued before the softmax of tile it and P V(it) right
-  // behind it, so the tensor cores work through the softmax and one round
-  // trip of wgmma issue and wait per tile disappears; fp8 widens tile
-  // it + 2 while both are in flight. 16-bit KV in pages under 8 tokens
-  // keeps the serial order: the overlap waits for tile it + 1, one tile
-  // less in flight than the serial loop's wait for tile it, and a gather of
-  // rows that scattered needs the extra tile (pages 1, 2 and 4 measured
-  // 6-8% slower with the overlap, page 8 5% faster; fp8, whose widened
-  // tiles keep a tile more in flight, 6% faster at page 1 and 15% at 8;
-  // session 8). Neither a fifth stage for the serial loop (its one S swap
-  // buffer leaves the room) nor S(it + 1) issued behind P V(it) once tile
-  // it + 1 has landed (one wait per tile) helped there: 1% and 13% slower
-  // at pages 1 and 2 (session 9).
-  constexpr bool kOverlap = C::kWgmma && (PAGE >= 8 || KV == kKvFp8);
   float s_acc[16];    // this warpgroup's S partial sum, then the whole S tile
   float s_next[16];   // overlap: S of the next tile, in flight during this tile's softmax
   u32 pa[T / 16][4];  // P as wgmma A fragments, read by P V while it is in flight
@@ -732,10 +734,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       const int start = w.kv_begin + it * T;
       float new_lo, new_hi, alpha_lo, alpha_hi;
       float sum_lo = 0.0f, sum_hi = 0.0f;
-      if constexpr (HELIXMLA_TC_LEAN_SOFTMAX) {
-        // Maxima of the unscaled S (the scale is positive), the scale then
-        // folded into each exponent's subtraction (one FFMA); positions
-        // past a row's bound become -inf only in tiles that reach a bound.
+      if constexpr (kLeanSoftmax) {
         float max_lo = neg_inf(), max_hi = neg_inf();
         if (start + T <= (bound_lo < bound_hi ? bound_lo : bound_hi)) {
 #pragma unroll
