@@ -75,12 +75,6 @@ namespace helixmla_tc {
 #define HELIXMLA_TC_M16_FP8_BLOCKS_PER_SM 3
 #endif
 
-// Lean softmax (A/B knob, 0): exp2 of two arguments per MUFU instruction in
-// the MMA type (ex2.approx bf16x2 / f16x2), P packed as it comes out.
-#ifndef HELIXMLA_TC_PAIRED_EXP2
-#define HELIXMLA_TC_PAIRED_EXP2 0
-#endif
-
 // Element kinds of the matrix inputs: Q (and out) type, and KV storage.
 enum ElemKind { kElemBf16 = 0, kElemFp16 = 1 };
 enum KvKind { kKvSameAsQ = 0, kKvFp8 = 1 };
@@ -258,32 +252,6 @@ __device__ __forceinline__ u32 pack2(float lo, float hi) {
     asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
   }
   return r;
-}
-
-// 2^lo and 2^hi as a packed pair of the MMA type, one MUFU instruction for
-// both (the arguments rounded to that type first).
-template <int ELEM>
-__device__ __forceinline__ u32 exp2_pair(float lo, float hi) {
-  const u32 x = pack2<ELEM>(lo, hi);
-  u32 r;
-  if constexpr (ELEM == kElemBf16) {
-    asm("ex2.approx.ftz.bf16x2 %0, %1;\n" : "=r"(r) : "r"(x));
-  } else {
-    asm("ex2.approx.f16x2 %0, %1;\n" : "=r"(r) : "r"(x));
-  }
-  return r;
-}
-
-template <int ELEM>
-__device__ __forceinline__ float2 unpack2(u32 pair) {
-  if constexpr (ELEM == kElemBf16) {
-    return make_float2(__uint_as_float(pair << 16), __uint_as_float(pair & 0xffff0000u));
-  } else {
-    float lo, hi;
-    asm("{\n .reg .f16 l, h;\n mov.b32 {l, h}, %2;\n cvt.f32.f16 %0, l;\n cvt.f32.f16 %1, h;\n}\n"
-        : "=f"(lo), "=f"(hi) : "r"(pair));
-    return make_float2(lo, hi);
-  }
 }
 
 // Two e4m3 values (low byte first) to a packed fp16 pair, exactly, in one
@@ -766,7 +734,6 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       const int start = w.kv_begin + it * T;
       float new_lo, new_hi, alpha_lo, alpha_hi;
       float sum_lo = 0.0f, sum_hi = 0.0f;
-      u32 p_pairs[8];  // paired exp2: P's A-fragment pairs, pair 4 kk + i of k16 step kk
       if constexpr (kLeanSoftmax) {
         float max_lo = neg_inf(), max_hi = neg_inf();
         if (start + T <= (bound_lo < bound_hi ? bound_lo : bound_hi)) {
@@ -805,28 +772,14 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
         // A row that has seen nothing subtracts 0: its -inf positions give 0.
         const float sub_lo = any_lo ? new_lo : 0.0f;
         const float sub_hi = any_hi ? new_hi : 0.0f;
-        if constexpr (HELIXMLA_TC_PAIRED_EXP2) {
 #pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            p_pairs[2 * j] = exp2_pair<MMA>(fmaf(s_acc[4 * j], scale_log2, -sub_lo),
-                                            fmaf(s_acc[4 * j + 1], scale_log2, -sub_lo));
-            p_pairs[2 * j + 1] = exp2_pair<MMA>(fmaf(s_acc[4 * j + 2], scale_log2, -sub_hi),
-                                                fmaf(s_acc[4 * j + 3], scale_log2, -sub_hi));
-            const float2 lo = unpack2<MMA>(p_pairs[2 * j]);
-            const float2 hi = unpack2<MMA>(p_pairs[2 * j + 1]);
-            sum_lo += lo.x + lo.y;
-            sum_hi += hi.x + hi.y;
-          }
-        } else {
+        for (int j = 0; j < 4; ++j) {
 #pragma unroll
-          for (int j = 0; j < 4; ++j) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              s_acc[4 * j + e] = fast_exp2(fmaf(s_acc[4 * j + e], scale_log2, -sub_lo));
-              s_acc[4 * j + 2 + e] = fast_exp2(fmaf(s_acc[4 * j + 2 + e], scale_log2, -sub_hi));
-              sum_lo += s_acc[4 * j + e];
-              sum_hi += s_acc[4 * j + 2 + e];
-            }
+          for (int e = 0; e < 2; ++e) {
+            s_acc[4 * j + e] = fast_exp2(fmaf(s_acc[4 * j + e], scale_log2, -sub_lo));
+            s_acc[4 * j + 2 + e] = fast_exp2(fmaf(s_acc[4 * j + 2 + e], scale_log2, -sub_hi));
+            sum_lo += s_acc[4 * j + e];
+            sum_hi += s_acc[4 * j + 2 + e];
           }
         }
       } else {
@@ -885,13 +838,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
 #pragma unroll
       for (int kk = 0; kk < T / 16; ++kk) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          if constexpr (kLeanSoftmax && HELIXMLA_TC_PAIRED_EXP2) {
-            pa[kk][i] = p_pairs[4 * kk + i];
-          } else {
-            pa[kk][i] = pack2<MMA>(s_acc[8 * kk + 2 * i], s_acc[8 * kk + 2 * i + 1]);
-          }
-        }
+        for (int i = 0; i < 4; ++i) pa[kk][i] = pack2<MMA>(s_acc[8 * kk + 2 * i], s_acc[8 * kk + 2 * i + 1]);
       }
       pin_registers(acc);
       wgmma_fence();
