@@ -75,12 +75,6 @@ namespace helixmla_tc {
 #define HELIXMLA_TC_M16_FP8_BLOCKS_PER_SM 3
 #endif
 
-// mma.sync engine (A/B knob, 0): skip the rescale of O when no row of the
-// warp moved its maximum, as the wgmma engine does.
-#ifndef HELIXMLA_TC_MMA_RESCALE_SKIP
-#define HELIXMLA_TC_MMA_RESCALE_SKIP 0
-#endif
-
 // Element kinds of the matrix inputs: Q (and out) type, and KV storage.
 enum ElemKind { kElemBf16 = 0, kElemFp16 = 1 };
 enum KvKind { kKvSameAsQ = 0, kKvFp8 = 1 };
@@ -1066,24 +1060,16 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       for (int kk = 0; kk < T / 16; ++kk) p_off[kk] = p_offset(pa_row, kk * 2 + (lane >> 4));
 
       // O[:, 64 warp .. +64] = alpha * O + P V
-      float a_lo[MT], a_hi[MT];
-      bool moved = !HELIXMLA_TC_MMA_RESCALE_SKIP;
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
-        a_lo[mt] = alpha_s[mt * 16 + g];
-        a_hi[mt] = alpha_s[mt * 16 + g + 8];
-        moved = moved || a_lo[mt] != 1.0f || a_hi[mt] != 1.0f;
-      }
-      if (__any_sync(0xffffffffu, moved)) {
+        const float a_lo = alpha_s[mt * 16 + g];
+        const float a_hi = alpha_s[mt * 16 + g + 8];
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-          for (int nt = 0; nt < 8; ++nt) {
-            acc[(mt * 8 + nt) * 4] *= a_lo[mt];
-            acc[(mt * 8 + nt) * 4 + 1] *= a_lo[mt];
-            acc[(mt * 8 + nt) * 4 + 2] *= a_hi[mt];
-            acc[(mt * 8 + nt) * 4 + 3] *= a_hi[mt];
-          }
+        for (int nt = 0; nt < 8; ++nt) {
+          acc[(mt * 8 + nt) * 4] *= a_lo;
+          acc[(mt * 8 + nt) * 4 + 1] *= a_lo;
+          acc[(mt * 8 + nt) * 4 + 2] *= a_hi;
+          acc[(mt * 8 + nt) * 4 + 3] *= a_hi;
         }
       }
       // Same trick as in S: the in-block slots are fixed per thread, the
