@@ -254,14 +254,14 @@ __device__ __forceinline__ u32 pack2(float lo, float hi) {
   return r;
 }
 
-// Two e4m3 values (low byte first) to a packed fp16 pair, exactly, in one
-// instruction: the reason fp8 KV runs its matrix steps in fp16.
-__device__ __forceinline__ u32 widen_fp8x2(u32 two_bytes) {
-  u32 h2;
-  asm("{\n .reg .b16 lo;\n cvt.u16.u32 lo, %1;\n cvt.rn.f16x2.e4m3x2 %0, lo;\n}\n"
-      : "=r"(h2)
-      : "r"(two_bytes));
-  return h2;
+// Four e4m3 values (low byte first) to two packed fp16 pairs, exactly, one
+// instruction each: bytes 0-1 to `lo`, bytes 2-3 to `hi`. The reason fp8 KV
+// runs its matrix steps in fp16. The 16-bit inputs are the word's register
+// halves, so no mask or shift comes before the conversions.
+__device__ __forceinline__ void widen_fp8x4(u32 four_bytes, u32& lo, u32& hi) {
+  asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n cvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
+      : "=r"(lo), "=r"(hi)
+      : "r"(four_bytes));
 }
 
 // prmt: byte i of the result is byte (sel >> 4 i) & 7 of {hi:lo}.
@@ -865,8 +865,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
         u32 pairs[8];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          pairs[2 * i] = widen_fp8x2(words[i] & 0xffffu);
-          pairs[2 * i + 1] = widen_fp8x2(words[i] >> 16);
+          widen_fp8x4(words[i], pairs[2 * i], pairs[2 * i + 1]);
         }
         *reinterpret_cast<uint4*>(wide + swizzled(T, load_tok, 2 * c)) =
             make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
@@ -983,10 +982,8 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
           const unsigned char* kb = k_bytes + 16 * (4 * block + s_wk + C::kWarpsK * (i % kQ));
           const u32 lo = *reinterpret_cast<const u32*>(kb);
           const u32 hi = *reinterpret_cast<const u32*>(kb + 8 * C::kFp8RowBytes);
-          b[0] = widen_fp8x2(lo & 0xffffu);
-          b[1] = widen_fp8x2(lo >> 16);
-          b[2] = widen_fp8x2(hi & 0xffffu);
-          b[3] = widen_fp8x2(hi >> 16);
+          widen_fp8x4(lo, b[0], b[1]);
+          widen_fp8x4(hi, b[2], b[3]);
         } else {
           ldmatrix_x4(b, kv + block * (T * 128) + b_off[i % kQ]);
         }
@@ -1104,12 +1101,13 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
             for (int jp = 0; jp < 2; ++jp) {
               // Bytes 2 jp and 2 jp + 1 of both words: column 2 jp in the low half.
               const u32 sel = (2 * jp) | (2 * jp + 4) << 4 | (2 * jp + 1) << 8 | (2 * jp + 5) << 12;
-              const u32 lo = byte_perm(t0, t1, sel);
-              const u32 hi = byte_perm(t8, t9, sel);
+              u32 lo[2], hi[2];  // [e]: columns 2 jp + e
+              widen_fp8x4(byte_perm(t0, t1, sel), lo[0], lo[1]);
+              widen_fp8x4(byte_perm(t8, t9, sel), hi[0], hi[1]);
 #pragma unroll
               for (int e = 0; e < 2; ++e) {
-                const u32 b0 = widen_fp8x2(e == 0 ? lo & 0xffffu : lo >> 16);
-                const u32 b1 = widen_fp8x2(e == 0 ? hi & 0xffffu : hi >> 16);
+                const u32 b0 = lo[e];
+                const u32 b1 = hi[e];
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
                   mma_16816<MMA>(*reinterpret_cast<float(*)[4]>(&acc[(mt * 8 + cg * 4 + 2 * jp + e) * 4]), pa[mt], b0, b1);
