@@ -131,15 +131,16 @@ if step variants; then
   for i in "${!variant_flags[@]}"; do
     [ -x "$build-variant$i/helixmla" ] || summary+=("variant $i (${variant_flags[$i]}): build failed: $(grep -m1 -E 'error' "$out/variant$i.log")")
   done
-  # Where each build's precompiled kernels start their KV loop (offset in a
-  # 128-byte line; NOTES: loop placement), "M/page/elem/kv/engine@offset".
+  # The SASS instructions in each build's KV loop (one pass, one tile) of
+  # the precompiled page-64 kernels, "M/page/elem/kv/engine:instructions";
+  # the listings stay in the log archive for reading the loops side by side.
   for i in "${!variant_flags[@]}" default; do
     vb=$(variant_dir "$i")
     [ -f "$vb/libhelixmla.so" ] || continue
     cuobjdump -sass "$vb/libhelixmla.so" >"$out/variant$i.sass" 2>/dev/null
-    placement=$(python3 scripts/sass_loops.py "$out/variant$i.sass" | grep mla_decode_kernel | grep -E 'ILi(16|64)ELi64E' |
-      sed -E 's/.*kernelILi([0-9]+)ELi([0-9]+)ELi([0-9])ELi([0-9])ELi([0-9])E.*start mod 128 = +([0-9]+).*/\1\/\2\/\3\/\4\/\5@\6/' | tr '\n' ' ')
-    summary+=("variant $i loop placement: $placement")
+    loops=$(python3 scripts/sass_loops.py "$out/variant$i.sass" | grep mla_decode_kernel | grep -E 'ILi(16|64)ELi64E' |
+      sed -E 's/.*kernelILi([0-9]+)ELi([0-9]+)ELi([0-9])ELi([0-9])ELi([0-9])E.*\(([0-9]+) instructions\).*/\1\/\2\/\3\/\4\/\5:\6/' | tr '\n' ' ')
+    summary+=("variant $i loop instructions: $loops")
   done
   for r in $(seq 1 "$rounds"); do
     for i in "${!variant_flags[@]}" default; do

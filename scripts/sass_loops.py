@@ -2,7 +2,8 @@
 """For each kernel in a `cuobjdump -sass` listing, its longest backward branch
 (the KV loop of an attention kernel): start and end address, the start's
 offset within a 128-byte line, and the loop's length in instructions. Used to
-compare builds whose loops measured differently (docs/NOTES.md, session 9).
+compare builds whose loops measured differently (docs/NOTES.md; the offset
+was ruled out as a cause in session 10, the length is what gpu-check prints).
 Usage: sass_loops.py LISTING.sass"""
 import re
 import sys
