@@ -166,6 +166,19 @@ TEST_F(Cli, RunChecksTheStatsItWasAskedFor) {
   EXPECT_FALSE(has(o.output, "stats_ok")) << o.output;
 }
 
+// Both timings `bench` reports: the queued median as time_us, the isolated
+// one beside it (the same wall-clock median on the CPU).
+TEST_F(Cli, RunReportsQueuedAndIsolatedTimes) {
+  Outcome o = helixmla("run --backend cpu --heads 8 --kv-len 100 --batch 2 --repeat 1 --json");
+  EXPECT_EQ(o.code, 0) << o.output;
+  EXPECT_TRUE(has(o.output, "\"time_us\":")) << o.output;
+  EXPECT_TRUE(has(o.output, "\"isolated_us\":")) << o.output;
+
+  o = helixmla("run --backend cpu --heads 8 --kv-len 100 --batch 2 --repeat 1");
+  EXPECT_EQ(o.code, 0) << o.output;
+  EXPECT_TRUE(has(o.output, "isolated_us")) << o.output;
+}
+
 TEST_F(Cli, BenchRejectsCasesTheSuiteLacksAndRepeatedIds) {
   expect_refused("bench --cases 1,99", "case 99 is not in the suite");
 
