@@ -732,10 +732,10 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       // the rows. Both warpgroups compute the same values; l stays a
       // per-thread partial sum until the epilogue.
       const int start = w.kv_begin + it * T;
-      float new_lo, new_hi, alpha_lo, alpha_hi;
-      float sum_lo = 0.0f, sum_hi = 0.0f;
+      // Row maxima of the tile over visible positions: lean, of the
+      // unscaled S (the scale is positive); plain, of the scaled S.
+      float max_lo = neg_inf(), max_hi = neg_inf();
       if constexpr (kLeanSoftmax) {
-        float max_lo = neg_inf(), max_hi = neg_inf();
         if (start + T <= (bound_lo < bound_hi ? bound_lo : bound_hi)) {
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
@@ -758,17 +758,32 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
             }
           }
         }
+      } else {
 #pragma unroll
-        for (int off = 1; off < 4; off <<= 1) {
-          max_lo = fmaxf(max_lo, __shfl_xor_sync(0xffffffffu, max_lo, off));
-          max_hi = fmaxf(max_hi, __shfl_xor_sync(0xffffffffu, max_hi, off));
+        for (int j = 0; j < 4; ++j) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int pos = start + 8 * j + 2 * c4 + e;
+            s_acc[4 * j + e] = pos < bound_lo ? s_acc[4 * j + e] * scale_log2 : neg_inf();
+            s_acc[4 * j + 2 + e] = pos < bound_hi ? s_acc[4 * j + 2 + e] * scale_log2 : neg_inf();
+            max_lo = fmaxf(max_lo, s_acc[4 * j + e]);
+            max_hi = fmaxf(max_hi, s_acc[4 * j + 2 + e]);
+          }
         }
-        new_lo = fmaxf(m_lo, max_lo * scale_log2);
-        new_hi = fmaxf(m_hi, max_hi * scale_log2);
-        const bool any_lo = new_lo != neg_inf();
-        const bool any_hi = new_hi != neg_inf();
-        alpha_lo = any_lo ? fast_exp2(m_lo - new_lo) : 1.0f;
-        alpha_hi = any_hi ? fast_exp2(m_hi - new_hi) : 1.0f;
+      }
+#pragma unroll
+      for (int off = 1; off < 4; off <<= 1) {
+        max_lo = fmaxf(max_lo, __shfl_xor_sync(0xffffffffu, max_lo, off));
+        max_hi = fmaxf(max_hi, __shfl_xor_sync(0xffffffffu, max_hi, off));
+      }
+      const float new_lo = fmaxf(m_lo, kLeanSoftmax ? max_lo * scale_log2 : max_lo);
+      const float new_hi = fmaxf(m_hi, kLeanSoftmax ? max_hi * scale_log2 : max_hi);
+      const bool any_lo = new_lo != neg_inf();
+      const bool any_hi = new_hi != neg_inf();
+      const float alpha_lo = any_lo ? fast_exp2(m_lo - new_lo) : 1.0f;
+      const float alpha_hi = any_hi ? fast_exp2(m_hi - new_hi) : 1.0f;
+      float sum_lo = 0.0f, sum_hi = 0.0f;
+      if constexpr (kLeanSoftmax) {
         // A row that has seen nothing subtracts 0: its -inf positions give 0.
         const float sub_lo = any_lo ? new_lo : 0.0f;
         const float sub_hi = any_hi ? new_hi : 0.0f;
@@ -783,29 +798,6 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
           }
         }
       } else {
-        float max_lo = neg_inf(), max_hi = neg_inf();
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int pos = start + 8 * j + 2 * c4 + e;
-            s_acc[4 * j + e] = pos < bound_lo ? s_acc[4 * j + e] * scale_log2 : neg_inf();
-            s_acc[4 * j + 2 + e] = pos < bound_hi ? s_acc[4 * j + 2 + e] * scale_log2 : neg_inf();
-            max_lo = fmaxf(max_lo, s_acc[4 * j + e]);
-            max_hi = fmaxf(max_hi, s_acc[4 * j + 2 + e]);
-          }
-        }
-#pragma unroll
-        for (int off = 1; off < 4; off <<= 1) {
-          max_lo = fmaxf(max_lo, __shfl_xor_sync(0xffffffffu, max_lo, off));
-          max_hi = fmaxf(max_hi, __shfl_xor_sync(0xffffffffu, max_hi, off));
-        }
-        new_lo = fmaxf(m_lo, max_lo);
-        new_hi = fmaxf(m_hi, max_hi);
-        const bool any_lo = new_lo != neg_inf();
-        const bool any_hi = new_hi != neg_inf();
-        alpha_lo = any_lo ? fast_exp2(m_lo - new_lo) : 1.0f;
-        alpha_hi = any_hi ? fast_exp2(m_hi - new_hi) : 1.0f;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
 #pragma unroll
