@@ -735,37 +735,24 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       // Row maxima of the tile over visible positions: lean, of the
       // unscaled S (the scale is positive); plain, of the scaled S.
       float max_lo = neg_inf(), max_hi = neg_inf();
-      if constexpr (kLeanSoftmax) {
-        if (start + T <= (bound_lo < bound_hi ? bound_lo : bound_hi)) {
+      if (kLeanSoftmax && start + T <= (bound_lo < bound_hi ? bound_lo : bound_hi)) {
 #pragma unroll
-          for (int j = 0; j < 4; ++j) {
+        for (int j = 0; j < 4; ++j) {
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              max_lo = fmaxf(max_lo, s_acc[4 * j + e]);
-              max_hi = fmaxf(max_hi, s_acc[4 * j + 2 + e]);
-            }
-          }
-        } else {
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int pos = start + 8 * j + 2 * c4 + e;
-              s_acc[4 * j + e] = pos < bound_lo ? s_acc[4 * j + e] : neg_inf();
-              s_acc[4 * j + 2 + e] = pos < bound_hi ? s_acc[4 * j + 2 + e] : neg_inf();
-              max_lo = fmaxf(max_lo, s_acc[4 * j + e]);
-              max_hi = fmaxf(max_hi, s_acc[4 * j + 2 + e]);
-            }
+          for (int e = 0; e < 2; ++e) {
+            max_lo = fmaxf(max_lo, s_acc[4 * j + e]);
+            max_hi = fmaxf(max_hi, s_acc[4 * j + 2 + e]);
           }
         }
       } else {
+        const float factor = kLeanSoftmax ? 1.0f : scale_log2;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const int pos = start + 8 * j + 2 * c4 + e;
-            s_acc[4 * j + e] = pos < bound_lo ? s_acc[4 * j + e] * scale_log2 : neg_inf();
-            s_acc[4 * j + 2 + e] = pos < bound_hi ? s_acc[4 * j + 2 + e] * scale_log2 : neg_inf();
+            s_acc[4 * j + e] = pos < bound_lo ? s_acc[4 * j + e] * factor : neg_inf();
+            s_acc[4 * j + 2 + e] = pos < bound_hi ? s_acc[4 * j + 2 + e] * factor : neg_inf();
             max_lo = fmaxf(max_lo, s_acc[4 * j + e]);
             max_hi = fmaxf(max_hi, s_acc[4 * j + 2 + e]);
           }
