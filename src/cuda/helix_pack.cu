@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cuda/cuda_check.hpp"
+#include "cuda/head_owner.cuh"
 #include "dist/exchange.hpp"
 #include "helixmla/error.hpp"
 
@@ -28,13 +29,10 @@ __global__ void pack_kernel(const std::uint8_t* partial, const float* stats, std
   const long long row = blockIdx.x;  // token * heads + head
   const long long token = row / g.heads;
   const int head = static_cast<int>(row % g.heads);
-  // The peer owning `head` under begin(p) = p * H / cp.
-  const int peer = static_cast<int>(((static_cast<long long>(head) + 1) * g.cp - 1) / g.heads);
-  const long long begin = static_cast<long long>(peer) * g.heads / g.cp;
-  const long long count = static_cast<long long>(peer + 1) * g.heads / g.cp - begin;
-  const bool mine = peer == g.rank;
+  const cuda::HeadOwner owner = cuda::head_owner(head, g.heads, g.cp);
+  const bool mine = owner.rank == g.rank;
   const long long chunk_row =
-      (mine ? g.self_offset : g.tokens * begin) + token * count + (head - begin);
+      (mine ? g.self_offset : g.tokens * owner.begin) + token * owner.count + (head - owner.begin);
   if (mine) {
     send = recv;
     send_stats = recv_stats;

@@ -6,6 +6,7 @@
 
 #include "cuda/dependent_launch.cuh"
 #include "cuda/dependent_launch.hpp"
+#include "cuda/head_owner.cuh"
 
 namespace helixmla::dist::peer {
 
@@ -73,19 +74,16 @@ exchange_kernel(Links links, Rows rows, const std::uint8_t* partial, const float
   if (gave_up) return;  // a peer's slot may still be in use: write nothing
   cuda::wait_for_previous_grid();
 
-  // Rows b, b + G, ... of [tokens, H]; the owner of head h is the rank p
-  // with p * H / cp <= h < (p + 1) * H / cp.
+  // Rows b, b + G, ... of [tokens, H], each to its head's owner.
   const long long total_rows = rows.tokens * rows.heads;
   const long long my_rows = total_rows > b ? (total_rows - b + gridDim.x - 1) / gridDim.x : 0;
   const int units = static_cast<int>(rows.row_bytes / static_cast<long long>(sizeof(Unit)));
   auto destination = [&](long long row, long long* slot_row) {
     const long long token = row / rows.heads;
     const int head = static_cast<int>(row % rows.heads);
-    const int owner = static_cast<int>(((static_cast<long long>(head) + 1) * cp - 1) / rows.heads);
-    const long long begin = static_cast<long long>(owner) * rows.heads / cp;
-    const long long count = static_cast<long long>(owner + 1) * rows.heads / cp - begin;
-    *slot_row = (me * rows.tokens + token) * count + (head - begin);
-    return owner;
+    const cuda::HeadOwner owner = cuda::head_owner(head, rows.heads, cp);
+    *slot_row = (me * rows.tokens + token) * owner.count + (head - owner.begin);
+    return owner.rank;
   };
   for (long long i = threadIdx.x; i < my_rows * units; i += blockDim.x) {
     const long long row = b + (i / units) * gridDim.x;
