@@ -89,7 +89,7 @@ int run_single(const RunFlags& flags) {
     auto run = runtime.prepare(problem, {workspace.data(), workspace.bytes()}, stream);
     const Timing timing = time_runs({run.get()}, stream, 1, flags.repeat, false);
     time_us = timing.queued_median_us;
-    isolated_us = timing.median_us;
+    isolated_us = timing.isolated_median_us;
     device_batch.poison_outputs();
     run->enqueue(stream);
     cuda_ok(cudaStreamSynchronize(stream), "cudaStreamSynchronize");

@@ -24,9 +24,9 @@ Ceilings measure_ceilings(cudaStream_t stream);
 // launch latency; queued ones are all enqueued first (no device idle between
 // them), which is the device time an engine's step pays per call.
 struct Timing {
-  double median_us = 0.0;  // isolated
-  double min_us = 0.0;
-  double max_us = 0.0;
+  double isolated_median_us = 0.0;
+  double isolated_min_us = 0.0;
+  double isolated_max_us = 0.0;
   double queued_median_us = 0.0;
   double queued_mean_us = 0.0;  // what back-to-back replays cost per call
 };
