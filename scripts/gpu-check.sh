@@ -8,6 +8,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=/tmp/helixmla-gpu-check
+# Fresh each call: a machine kept warm between calls still holds the last
+# call's logs, which the summary and the archive would otherwise repeat.
+rm -rf "$out"
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 steps=${*:-tests sanitize bench}
