@@ -120,6 +120,9 @@ if step variants; then
   # as the default build. Each build keeps its own JIT cache. The builds
   # run in parallel; then HELIXMLA_VARIANT_ROUNDS rounds (default 1) time
   # every variant and the default in turn, so clock drift touches all alike.
+  # HELIXMLA_VARIANT_BASE names a tar of another tree (`git archive REV`,
+  # carried as an untracked file): built and timed as variant "base", for
+  # A/B runs of changes that are not knobs.
   IFS=';' read -r -a variant_flags <<<"${HELIXMLA_VARIANT_FLAGS:-}"
   cases=${HELIXMLA_VARIANT_CASES:-1,3,4,10,13}
   suite=${HELIXMLA_VARIANT_SUITE:-bench/mla-decode-v1.csv}
@@ -129,15 +132,23 @@ if step variants; then
     ( configure "$build-variant$i" -DHELIXMLA_BUILD_TESTS=OFF -DHELIXMLA_TC_KNOBS="$knobs" &&
         ninja -C "$build-variant$i" -j "$(nproc)" helixmla ) >"$out/variant$i.log" 2>&1 &
   done
+  base=()
+  if [ -n "${HELIXMLA_VARIANT_BASE:-}" ]; then
+    base=(base)
+    rm -rf "$build-base-src" && mkdir -p "$build-base-src" && tar xf "$HELIXMLA_VARIANT_BASE" -C "$build-base-src"
+    ( cd "$build-base-src" && configure "$build-variantbase" -DHELIXMLA_BUILD_TESTS=OFF &&
+        ninja -C "$build-variantbase" -j "$(nproc)" helixmla ) >"$out/variantbase.log" 2>&1 &
+  fi
   wait
-  variant_dir() { if [ "$1" = default ]; then echo "$build"; else echo "$build-variant$1"; fi; }
-  for i in "${!variant_flags[@]}"; do
-    [ -x "$build-variant$i/helixmla" ] || summary+=("variant $i (${variant_flags[$i]}): build failed: $(grep -m1 -E 'error' "$out/variant$i.log")")
+  variant_flags_of() { if [ "$1" = base ]; then echo "tree $HELIXMLA_VARIANT_BASE"; else echo "${variant_flags[$1]}"; fi; }
+  variant_dir() { if [ "$1" = default ]; then echo "$build"; elif [ "$1" = base ]; then echo "$build-base-src/$build-variantbase"; else echo "$build-variant$1"; fi; }
+  for i in "${!variant_flags[@]}" "${base[@]}"; do
+    [ -x "$(variant_dir "$i")/helixmla" ] || summary+=("variant $i ($(variant_flags_of "$i")): build failed: $(grep -m1 -E 'error' "$out/variant$i.log")")
   done
   # The SASS instructions in each build's KV loop (one pass, one tile) of
   # the precompiled page-64 kernels, "M/page/elem/kv/engine:instructions";
   # the listings stay in the log archive for reading the loops side by side.
-  for i in "${!variant_flags[@]}" default; do
+  for i in "${!variant_flags[@]}" "${base[@]}" default; do
     vb=$(variant_dir "$i")
     [ -f "$vb/libhelixmla.so" ] || continue
     cuobjdump -sass "$vb/libhelixmla.so" >"$out/variant$i.sass" 2>/dev/null
@@ -146,10 +157,10 @@ if step variants; then
     summary+=("variant $i loop instructions: $loops")
   done
   for r in $(seq 1 "$rounds"); do
-    for i in "${!variant_flags[@]}" default; do
+    for i in "${!variant_flags[@]}" "${base[@]}" default; do
       [ "$(elapsed)" -ge "$budget" ] && { summary+=("variant $i round $r: skipped, time budget spent"); continue; }
       vb=$(variant_dir "$i")
-      if [ "$i" = default ]; then label=default; else label="$i (${variant_flags[$i]})"; fi
+      if [ "$i" = default ]; then label=default; else label="$i ($(variant_flags_of "$i"))"; fi
       [ -x "$vb/helixmla" ] || continue
       HELIXMLA_JIT_CACHE="$vb/jit" timeout "$(within 120)" "$vb/helixmla" bench --suite "$suite" --cases "$cases" \
         >"$out/variant$i-r$r.txt" 2>&1
