@@ -75,6 +75,15 @@ namespace helixmla_tc {
 #define HELIXMLA_TC_M16_FP8_BLOCKS_PER_SM 3
 #endif
 
+// 16-bit wgmma: KV stages, and the smallest page size that takes the
+// overlapped loop (A/B runs as above).
+#ifndef HELIXMLA_TC_WGMMA_16BIT_STAGES
+#define HELIXMLA_TC_WGMMA_16BIT_STAGES 4
+#endif
+#ifndef HELIXMLA_TC_OVERLAP_MIN_PAGE
+#define HELIXMLA_TC_OVERLAP_MIN_PAGE 8
+#endif
+
 // Element kinds of the matrix inputs: Q (and out) type, and KV storage.
 enum ElemKind { kElemBf16 = 0, kElemFp16 = 1 };
 enum KvKind { kKvSameAsQ = 0, kKvFp8 = 1 };
@@ -141,16 +150,17 @@ struct Config {
   static_assert(kQRegSteps % 2 == 0 && kQRegSteps <= 36 / kWarpsK, "Q registers cover whole 64-column blocks");
   static constexpr int kQRegBlocks = kQRegSteps / 2;
   static constexpr int kStages =
-      M == 16 ? (KV == kKvFp8 ? HELIXMLA_TC_M16_FP8_STAGES : 2) : (KV == kKvFp8 || M == 32 || kWgmma ? 4 : 3);
+      M == 16 ? (KV == kKvFp8 ? HELIXMLA_TC_M16_FP8_STAGES : 2)
+              : (kWgmma && KV != kKvFp8 ? HELIXMLA_TC_WGMMA_16BIT_STAGES : (KV == kKvFp8 || M == 32 ? 4 : 3));
   static constexpr int kBlocksPerSm = M == 16 ? (KV == kKvFp8 ? HELIXMLA_TC_M16_FP8_BLOCKS_PER_SM : 2) : 1;
   static constexpr int kSStride = kTileTokens + 8;  // floats; keeps S stores conflict-free
 
   static constexpr int kQBytes = M * (kRowBytes16 - kQRegBlocks * 128);
   static constexpr int kTileBytes16 = kTileTokens * kRowBytes16;
   // fp8 rows in a stage. mma.sync reads its B fragments straight from the
-  // bytes (two or four per load, see decode_tile); 16 bytes of padding per
-  // row make those loads conflict-free (a 592-byte row is 20 banks on).
-  static constexpr int kFp8RowBytes = kWgmma ? kHeadDim : kHeadDim + 16;
+  // bytes (4, 8 or 16 per load, see decode_tile) and keeps each row in five
+  // whole 128-byte groups, chunks swizzled within them (fp8_chunk_offset).
+  static constexpr int kFp8RowBytes = kWgmma ? kHeadDim : 5 * 128;
   static constexpr int kStageBytes = KV == kKvFp8 ? kTileTokens * kFp8RowBytes : kTileBytes16;
   // wgmma: the S halves swap through shared memory, 16 floats per thread,
   // through two buffers by tile parity (the overlapped loop has one
@@ -195,6 +205,25 @@ typedef unsigned long long u64;
 // chunks are grouped eight to a 128-byte block row, blocks of all rows first.
 __device__ __forceinline__ int swizzled(int rows, int r, int c) {
   return (c >> 3) * (rows * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4);
+}
+
+// Byte offset of 16-byte chunk `c` of row `r` in an fp8 stage. wgmma widens
+// rows as they are (576 bytes). mma.sync's rows are 640 bytes, every 128-byte
+// group aligned, so each warp's copy of eight chunks per row fills whole
+// groups (592-byte rows made 2.3 shared-memory wavefronts per ideal one,
+// half of the 16-row kernel's shared-memory traffic; ncu, session 11); the
+// chunks of a group are XOR-swizzled by fp8_swizzle(r), which keeps the
+// 4-, 8- and 16-byte fragment loads of decode_tile conflict-free: rows 2i
+// and 2i + 1 differ in bit 2 (16-byte loads of rows g, g + 1), and rows of
+// one parity in bits 1 and 2 (8-byte loads of rows 2 c4).
+__device__ __forceinline__ int fp8_swizzle(int r) { return (r ^ ((r & 1) << 2)) & 7; }
+template <bool WGMMA>
+__device__ __forceinline__ int fp8_chunk_offset(int r, int c) {
+  if constexpr (WGMMA) {
+    return r * kHeadDim + c * 16;
+  } else {
+    return r * (5 * 128) + (c >> 3) * 128 + (((c & 7) ^ fp8_swizzle(r)) << 4);
+  }
 }
 
 // P tile: rows of 32 16-bit values (four chunks), swizzled for ldmatrix.
@@ -452,7 +481,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   // buffer leaves the room) nor S(it + 1) issued behind P V(it) once tile
   // it + 1 has landed (one wait per tile) helped there: 1% and 13% slower
   // at pages 1 and 2 (session 9).
-  constexpr bool kOverlap = C::kWgmma && (PAGE >= 8 || KV == kKvFp8);
+  constexpr bool kOverlap = C::kWgmma && (PAGE >= HELIXMLA_TC_OVERLAP_MIN_PAGE || KV == kKvFp8);
   // The softmax of the overlapped 16-bit loop takes maxima of the unscaled
   // S (the scale is positive), folds the scale into each exponent's FFMA
   // and masks only tiles that reach a row's bound: 1-2% faster on suite
@@ -515,7 +544,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
 #pragma unroll
       for (int k = 0; k < (kHeadDim / 16 + 7) / 8; ++k) {
         if (sub + 8 * k < kHeadDim / 16) {
-          cp_async_16(dst + load_tok * C::kFp8RowBytes + (sub + 8 * k) * 16, src + 128 * k, valid);
+          cp_async_16(dst + fp8_chunk_offset<C::kWgmma>(load_tok, sub + 8 * k), src + 128 * k, valid);
         }
       }
     } else {
@@ -582,7 +611,6 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   // (fp16 Q on wgmma needs neither.)
   float scale_log2 = p.scale_log2;
   if constexpr (KV == kKvFp8 && (ELEM == kElemBf16 || !C::kWgmma)) {
-    constexpr int kSmemSteps = kHeadDim / 16 - 4 * C::kQRegBlocks;  // k16 steps of Q in shared memory
     if constexpr (C::kQRegSteps == 0) {  // else Q's register columns waited for it above
       cp_async_wait<C::kStages - 2>();  // Q travels in the first group
       __syncthreads();
@@ -625,22 +653,55 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
         return pair;
       }
     };
-    for (int i = tid; i < M * kSmemSteps; i += kThreads) {
-      const int r = i % M;
-      const int step = i / M;
-      uint4* c0 = reinterpret_cast<uint4*>(q_s + swizzled(M, r, 2 * step));
-      uint4* c1 = reinterpret_cast<uint4*>(q_s + swizzled(M, r, 2 * step + 1));
-      const uint4 a = *c0;
-      const uint4 b = *c1;
-      if constexpr (C::kWgmma) {
+    if constexpr (C::kWgmma) {
+      constexpr int kSmemSteps = kHeadDim / 16 - 4 * C::kQRegBlocks;  // k16 steps of Q in shared memory
+      for (int i = tid; i < M * kSmemSteps; i += kThreads) {
+        const int r = i % M;
+        const int step = i / M;
+        uint4* c0 = reinterpret_cast<uint4*>(q_s + swizzled(M, r, 2 * step));
+        uint4* c1 = reinterpret_cast<uint4*>(q_s + swizzled(M, r, 2 * step + 1));
+        const uint4 a = *c0;
+        const uint4 b = *c1;
         *c0 = make_uint4(to_mma_type(a.x), to_mma_type(a.y), to_mma_type(a.z), to_mma_type(a.w));
         *c1 = make_uint4(to_mma_type(b.x), to_mma_type(b.y), to_mma_type(b.z), to_mma_type(b.w));
-      } else {
-        // Column pairs 0..7 of the step as (0, 2, 4, 6 | 1, 3, 5, 7): fragment
-        // columns 2 c4 (+1) then hold columns 4 c4 (+1), and 2 c4 + 8 (+1)
-        // hold 4 c4 + 2 (+3).
-        *c0 = make_uint4(to_mma_type(a.x), to_mma_type(a.z), to_mma_type(b.x), to_mma_type(b.z));
-        *c1 = make_uint4(to_mma_type(a.y), to_mma_type(a.w), to_mma_type(b.y), to_mma_type(b.w));
+      }
+    } else {
+      // Q's column pairs reordered within each 64-column block so that
+      // fragment columns 2 c4 (+1) and 2 c4 + 8 (+1) of a k16 step hold four
+      // adjacent columns: k16 step j's chunk h, pair i takes pair
+      // 16 (j / 2) + 4 i + 2 (j % 2) + h of the block in the latent blocks
+      // (thread c4's two steps of a 32-column half then read one 8-byte piece
+      // of K: columns 8 c4 .. + 7 of the half) and pair 8 j + 2 i + h in the
+      // rope block (one four-byte piece per step: 16 j + 4 c4 .. + 3).
+      for (int i = tid; i < M * (kHeadDim / 64); i += kThreads) {
+        const int r = i % M;
+        const int block = i / M;
+        u32 pairs[32];
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+          const uint4 v = *reinterpret_cast<const uint4*>(q_s + swizzled(M, r, 8 * block + c));
+          pairs[4 * c] = v.x;
+          pairs[4 * c + 1] = v.y;
+          pairs[4 * c + 2] = v.z;
+          pairs[4 * c + 3] = v.w;
+        }
+        auto store = [&](bool latent) {
+#pragma unroll
+          for (int c = 0; c < 8; ++c) {
+            u32 w[4];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+              const int j = c >> 1, h = c & 1;
+              w[k] = to_mma_type(pairs[latent ? 16 * (j >> 1) + 4 * k + 2 * (j & 1) + h : 8 * j + 2 * k + h]);
+            }
+            *reinterpret_cast<uint4*>(q_s + swizzled(M, r, 8 * block + c)) = make_uint4(w[0], w[1], w[2], w[3]);
+          }
+        };
+        if (block < kLatent / 64) {
+          store(true);
+        } else {
+          store(false);
+        }
       }
     }
 #pragma unroll
@@ -839,7 +900,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     for (int k = 0; k < (kHeadDim / 16 + 7) / 8; ++k) {
       const int c = sub + 8 * k;
       if (c < kHeadDim / 16) {
-        const uint4 bytes = *reinterpret_cast<const uint4*>(raw + load_tok * C::kFp8RowBytes + c * 16);
+        const uint4 bytes = *reinterpret_cast<const uint4*>(raw + fp8_chunk_offset<C::kWgmma>(load_tok, c));
         const u32 words[4] = {bytes.x, bytes.y, bytes.z, bytes.w};
         u32 pairs[8];
 #pragma unroll
@@ -933,41 +994,75 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
         for (int i = 0; i < 4; ++i) s_acc[nt][i] = 0.0f;
-      // Warp s_wk takes k16 steps s_wk, s_wk + kWarpsK, ... Chunk 2 * kstep + x
-      // sits in block kstep / 4 at in-block slot (2 * (kstep % 4) + x) ^ (row % 8);
-      // with this interleave kstep % 4 cycles through kQ fixed values, so
-      // each thread keeps kQ slot offsets and the block offset is a constant.
+      // Chunk 2 * kstep + x of Q sits in block kstep / 4 at in-block slot
+      // (2 * (kstep % 4) + x) ^ (row % 8): each thread keeps the slot offsets
+      // of the in-block steps its warp takes, the block offset is a constant.
       constexpr int kQ = 4 / C::kWarpsK;
       const int a_row = s_mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-      const int b_tok = s_wn * 16 + (lane & 7) + (lane >> 4) * 8;
-      int a_off[kQ], b_off[kQ];
+      auto a_slot = [&](int q4) { return a_row * 128 + (((2 * q4 + (lane >> 4)) ^ (a_row & 7)) << 4); };
+      if constexpr (KV == kKvFp8) {
+        // This thread's B fragments of a k16 step are K[token][k .. k + 3]
+        // for tokens g and g + 8 of its half, four adjacent columns (Q's
+        // columns were reordered to match), widened in registers. Warp s_wk
+        // takes both steps of the latent's 32-column pairs [kPairs s_wk,
+        // + kPairs), whose columns 8 c4 .. + 7 are one 8-byte load per token
+        // (16-byte loads of four steps took more registers than the
+        // three-blocks-per-SM kernel has), and steps kQ s_wk .. + kQ - 1 of
+        // the rope block, four bytes each.
+        constexpr int kPairs = kLatent / 32 / C::kWarpsK;
+        // Offsets differ between steps and pairs only in bits 4-6 (the slot
+        // within a 128-byte group), so each is one base XOR a constant.
+        const int k_row = s_wn * 16 + g;  // rows k_row and k_row + 8 share their swizzle
+        const int k_first = fp8_chunk_offset<false>(k_row, 2 * s_wk * kPairs + (c4 >> 1)) + 8 * (c4 & 1);
+        const int a_first = (s_wk * kPairs / 2) * (M * 128) + a_slot(0);
 #pragma unroll
-      for (int j = 0; j < kQ; ++j) {
-        const int q4 = s_wk + C::kWarpsK * j;
-        a_off[j] = a_row * 128 + (((2 * q4 + (lane >> 4)) ^ (a_row & 7)) << 4);
-        b_off[j] = b_tok * 128 + (((2 * q4 + ((lane >> 3) & 1)) ^ (b_tok & 7)) << 4);
-      }
-      // fp8: this thread's B fragments are K[token][k .. k + 3] at k = 4 c4
-      // of the step (Q's columns were reordered to match), tokens g and
-      // g + 8 of its half: one four-byte load from the fp8 rows each,
-      // widened in registers.
-      const unsigned char* k_bytes = kv + (s_wn * 16 + g) * C::kFp8RowBytes + 4 * c4;
+        for (int pi = 0; pi < kPairs; ++pi) {
+          // Pair s_wk kPairs + pi: chunks 2 pi and 2 pi + 1 on, four pairs to a group.
+          const int at = (k_first ^ ((pi & 3) << 5)) + (pi >> 2) * 128;
+          const uint2 lo = *reinterpret_cast<const uint2*>(kv + at);
+          const uint2 hi = *reinterpret_cast<const uint2*>(kv + at + 8 * C::kFp8RowBytes);
 #pragma unroll
-      for (int i = 0; i < C::kKSteps; ++i) {
-        const int block = i / kQ;
-        u32 a[4], b[4];
-        ldmatrix_x4(a, q_s + block * (M * 128) + a_off[i % kQ]);
-        if constexpr (KV == kKvFp8) {
-          const unsigned char* kb = k_bytes + 16 * (4 * block + s_wk + C::kWarpsK * (i % kQ));
-          const u32 lo = *reinterpret_cast<const u32*>(kb);
-          const u32 hi = *reinterpret_cast<const u32*>(kb + 8 * C::kFp8RowBytes);
-          widen_fp8x4(lo, b[0], b[1]);
-          widen_fp8x4(hi, b[2], b[3]);
-        } else {
-          ldmatrix_x4(b, kv + block * (T * 128) + b_off[i % kQ]);
+          for (int j = 0; j < 2; ++j) {  // k16 step 2 (pi % 2) + j of block pi / 2 on
+            u32 a[4], b[4];
+            ldmatrix_x4(a, q_s + (pi >> 1) * (M * 128) + (a_first ^ ((2 * (pi & 1) + j) << 5)));
+            widen_fp8x4(j ? lo.y : lo.x, b[0], b[1]);
+            widen_fp8x4(j ? hi.y : hi.x, b[2], b[3]);
+            mma_16816<MMA>(s_acc[0], a, b[0], b[1]);
+            mma_16816<MMA>(s_acc[1], a, b[2], b[3]);
+          }
         }
-        mma_16816<MMA>(s_acc[0], a, b[0], b[1]);
-        mma_16816<MMA>(s_acc[1], a, b[2], b[3]);
+        const int k_rope = fp8_chunk_offset<false>(k_row, kLatent / 16 + s_wk * kQ) + 4 * c4;
+        const int a_rope = (kLatent / 64) * (M * 128) + a_slot(s_wk * kQ);
+#pragma unroll
+        for (int j = 0; j < kQ; ++j) {  // rope step s_wk kQ + j
+          const int at = k_rope ^ (j << 4);
+          u32 a[4], b[4];
+          ldmatrix_x4(a, q_s + (a_rope ^ (j << 5)));
+          widen_fp8x4(*reinterpret_cast<const u32*>(kv + at), b[0], b[1]);
+          widen_fp8x4(*reinterpret_cast<const u32*>(kv + at + 8 * C::kFp8RowBytes), b[2], b[3]);
+          mma_16816<MMA>(s_acc[0], a, b[0], b[1]);
+          mma_16816<MMA>(s_acc[1], a, b[2], b[3]);
+        }
+      } else {
+        // Warp s_wk takes k16 steps s_wk, s_wk + kWarpsK, ...: kstep % 4
+        // cycles through kQ values.
+        const int b_tok = s_wn * 16 + (lane & 7) + (lane >> 4) * 8;
+        int a_off[kQ], b_off[kQ];
+#pragma unroll
+        for (int j = 0; j < kQ; ++j) {
+          const int q4 = s_wk + C::kWarpsK * j;
+          a_off[j] = a_slot(q4);
+          b_off[j] = b_tok * 128 + (((2 * q4 + ((lane >> 3) & 1)) ^ (b_tok & 7)) << 4);
+        }
+#pragma unroll
+        for (int i = 0; i < C::kKSteps; ++i) {
+          const int block = i / kQ;
+          u32 a[4], b[4];
+          ldmatrix_x4(a, q_s + block * (M * 128) + a_off[i % kQ]);
+          ldmatrix_x4(b, kv + block * (T * 128) + b_off[i % kQ]);
+          mma_16816<MMA>(s_acc[0], a, b[0], b[1]);
+          mma_16816<MMA>(s_acc[1], a, b[2], b[3]);
+        }
       }
       float* sb = s_buf + s_wk * M * C::kSStride;
 #pragma unroll
@@ -1064,18 +1159,24 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
         if constexpr (KV == kKvFp8) {
           // A B fragment needs V[token][column] for tokens 2 c4 (+1) and
           // 2 c4 + 8 (+1) of the step at column g of its n8 tile: bytes of
-          // four rows. Each thread loads four bytes of each of those rows
-          // (columns 4 g .. 4 g + 3 of a 32-column group) and regroups them
-          // by column (prmt), which gives the fragments of four n8 tiles
-          // whose column g is 4 g + j (j = 0..3); the epilogue undoes the
-          // order. n8 tile 4 cg + j of this warp.
+          // four rows. Each thread loads eight bytes of each of those rows
+          // (columns 8 g .. 8 g + 7 of this warp's 64) and regroups each
+          // word's bytes by column (prmt), which gives the fragments of eight
+          // n8 tiles whose column g is 8 g + 4 cg + j (word cg, byte j); the
+          // epilogue undoes the order. n8 tile 4 cg + j of this warp.
+          // Row 2 c4 + 1's slots are row 2 c4's XOR 5 (fp8_swizzle).
+          const int v_even = fp8_chunk_offset<false>(kk * 16 + 2 * c4, 4 * warp + (g >> 1)) + 8 * (g & 1);
+          const int v_odd = (v_even ^ (5 << 4)) + C::kFp8RowBytes;
+          const uint2 r0 = *reinterpret_cast<const uint2*>(kv + v_even);
+          const uint2 r1 = *reinterpret_cast<const uint2*>(kv + v_odd);
+          const uint2 r8 = *reinterpret_cast<const uint2*>(kv + v_even + 8 * C::kFp8RowBytes);
+          const uint2 r9 = *reinterpret_cast<const uint2*>(kv + v_odd + 8 * C::kFp8RowBytes);
 #pragma unroll
           for (int cg = 0; cg < 2; ++cg) {
-            const unsigned char* vb = kv + (kk * 16 + 2 * c4) * C::kFp8RowBytes + warp * 64 + cg * 32 + 4 * g;
-            const u32 t0 = *reinterpret_cast<const u32*>(vb);
-            const u32 t1 = *reinterpret_cast<const u32*>(vb + C::kFp8RowBytes);
-            const u32 t8 = *reinterpret_cast<const u32*>(vb + 8 * C::kFp8RowBytes);
-            const u32 t9 = *reinterpret_cast<const u32*>(vb + 9 * C::kFp8RowBytes);
+            const u32 t0 = cg ? r0.y : r0.x;
+            const u32 t1 = cg ? r1.y : r1.x;
+            const u32 t8 = cg ? r8.y : r8.x;
+            const u32 t9 = cg ? r9.y : r9.x;
 #pragma unroll
             for (int jp = 0; jp < 2; ++jp) {
               // Bytes 2 jp and 2 jp + 1 of both words: column 2 jp in the low half.
@@ -1171,13 +1272,13 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
         if (w.row_begin + r >= rows_total) continue;
         if constexpr (KV == kKvFp8) {
           // fp8 P V: accumulator slot e of n8 tile 4 cg + j holds column
-          // 32 cg + 4 (2 c4 + e) + j of this warp's 64: four adjacent columns per (cg, e).
+          // 8 (2 c4 + e) + 4 cg + j of this warp's 64: four adjacent columns per (cg, e).
 #pragma unroll
           for (int cg = 0; cg < 2; ++cg) {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               const float* x = &acc[(mt * 8 + cg * 4) * 4 + 2 * half + e];
-              const int col = warp * 64 + cg * 32 + 8 * c4 + 4 * e;
+              const int col = warp * 64 + 16 * c4 + 8 * e + 4 * cg;
               out_pair(r, col, x[0], x[4]);
               out_pair(r, col + 2, x[8], x[12]);
             }
