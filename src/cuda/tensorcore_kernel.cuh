@@ -15,7 +15,7 @@
 //   64 rows of matrix work; more rows (H * q_len > 64) take several tiles.
 // - KV tiles of 32 tokens are gathered from the page pool with 16-byte
 //   cp.async (page size PAGE is a template parameter: the page lookup is a
-//   multiply, not a division), 2 to 4 stages deep; tokens past the range are
+//   multiply, not a division), 2 to 5 stages deep; tokens past the range are
 //   zero-filled, so masked positions multiply finite zeros. Each thread looks
 //   up its page one tile ahead, so the page-table load never stalls a copy.
 // - Shared-memory rows are 128-byte blocks with the 16-byte chunks XOR-swizzled
@@ -54,12 +54,12 @@
 namespace helixmla_tc {
 
 // k16 steps of S per warpgroup that take Q from registers (Config::
-// kQRegSteps), by KV kind: the best of the counts measured in session 6
-// (bench/RESULTS.md); defined on the command line for A/B runs
-// (scripts/gpu-check.sh variants). fp8 takes 16: its three widened tiles
-// leave room for one 64-column block of Q in shared memory.
+// kQRegSteps), by KV kind; defined on the command line for A/B runs
+// (scripts/gpu-check.sh variants). Both take 16, which leaves one 64-column
+// block of Q in shared memory: fp8 for its three widened tiles, 16-bit KV
+// for a fifth stage (below). Session 6 had found 12 best with four stages.
 #ifndef HELIXMLA_TC_Q_REG_STEPS_16BIT
-#define HELIXMLA_TC_Q_REG_STEPS_16BIT 12
+#define HELIXMLA_TC_Q_REG_STEPS_16BIT 16
 #endif
 #ifndef HELIXMLA_TC_Q_REG_STEPS_FP8
 #define HELIXMLA_TC_Q_REG_STEPS_FP8 16
@@ -76,9 +76,12 @@ namespace helixmla_tc {
 #endif
 
 // 16-bit wgmma: KV stages, and the smallest page size that takes the
-// overlapped loop (A/B runs as above).
+// overlapped loop (A/B runs as above). A fifth stage (room made by Q's
+// registers above; 254 registers, no spills) took case 16's serial loop
+// at page 1 from 432 to 407-418 us (session 11); the overlapped loop at
+// page 1 is slower still with five (502 us).
 #ifndef HELIXMLA_TC_WGMMA_16BIT_STAGES
-#define HELIXMLA_TC_WGMMA_16BIT_STAGES 4
+#define HELIXMLA_TC_WGMMA_16BIT_STAGES 5
 #endif
 #ifndef HELIXMLA_TC_OVERLAP_MIN_PAGE
 #define HELIXMLA_TC_OVERLAP_MIN_PAGE 8
@@ -144,7 +147,7 @@ struct Config {
   // cycle shared memory delivers; from registers it reads 1 KB. Those Q
   // columns (whole 64-column blocks: the two warpgroups take alternate
   // steps) are never stored in shared memory, which makes room for a
-  // fourth KV stage.
+  // fourth KV stage (fp8) or a fifth (16-bit).
   static constexpr int kQRegSteps =
       kWgmma ? (KV == kKvFp8 ? HELIXMLA_TC_Q_REG_STEPS_FP8 : HELIXMLA_TC_Q_REG_STEPS_16BIT) : 0;
   static_assert(kQRegSteps % 2 == 0 && kQRegSteps <= 36 / kWarpsK, "Q registers cover whole 64-column blocks");

@@ -347,13 +347,14 @@ TEST(TensorcoreGraphReplay, CapturedRunReplaysCorrectly) {
 }
 
 // A small, fast subset for compute-sanitizer memcheck and racecheck: every
-// row tile, fp8 widening (16, 32 and 64 rows), a JIT page size, splits and
+// row tile, fp8 widening (16, 32 and 64 rows), both loops of the 64-row
+// wgmma engine (page 1 is the serial one), a JIT page size, splits and
 // Helix-empty rows.
 TEST(TensorcoreSanitize, SmallRepresentativeShapes) {
   SKIP_WITHOUT_TENSORCORE();
   const std::tuple<std::int32_t, std::int32_t, std::int32_t, DType> shapes[] = {
       {16, 1, 64, DType::bf16}, {16, 1, 64, DType::fp8_e4m3}, {24, 1, 16, DType::fp8_e4m3},
-      {48, 2, 32, DType::bf16},
+      {48, 2, 32, DType::bf16}, {48, 1, 1, DType::bf16},
       {128, 1, 128, DType::fp8_e4m3}, {5, 3, 1, DType::bf16}};
   for (const auto& [heads, q_len, page, kv] : shapes) {
     BatchSpec spec = decode_spec(heads, q_len, page, kv);
