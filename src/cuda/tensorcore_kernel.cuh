@@ -56,8 +56,11 @@ namespace helixmla_tc {
 // k16 steps of S per warpgroup that take Q from registers (Config::
 // kQRegSteps), by KV kind; defined on the command line for A/B runs
 // (scripts/gpu-check.sh variants). Both take 16, which leaves one 64-column
-// block of Q in shared memory: fp8 for its three widened tiles, 16-bit KV
-// for a fifth stage (below). Session 6 had found 12 best with four stages.
+// block of Q in shared memory: fp8 for its three widened tiles; 16-bit KV
+// because the serial loop (pages under 8) waits on each S, whose shared-
+// memory Q reads 16 steps shorten: case 16 432 -> 405-408 us with four or
+// five stages (session 11; session 6 had found 12 best at page 64, where
+// 16 measures the same now).
 #ifndef HELIXMLA_TC_Q_REG_STEPS_16BIT
 #define HELIXMLA_TC_Q_REG_STEPS_16BIT 16
 #endif
@@ -76,10 +79,11 @@ namespace helixmla_tc {
 #endif
 
 // 16-bit wgmma: KV stages, and the smallest page size that takes the
-// overlapped loop (A/B runs as above). A fifth stage (room made by Q's
-// registers above; 254 registers, no spills) took case 16's serial loop
-// at page 1 from 432 to 407-418 us (session 11); the overlapped loop at
-// page 1 is slower still with five (502 us).
+// overlapped loop (A/B runs as above). Five stages fit beside Q's 16
+// register steps (254 registers, no spills); they measured as four did in
+// one round (case 16 408.4 against 405.3 us, case 4 362.7 against 365.6;
+// session 11) and are what the GPU tests ran. The overlapped loop at page
+// 1 stays slower with five (502 us).
 #ifndef HELIXMLA_TC_WGMMA_16BIT_STAGES
 #define HELIXMLA_TC_WGMMA_16BIT_STAGES 5
 #endif
