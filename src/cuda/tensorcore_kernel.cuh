@@ -47,6 +47,9 @@
 //   from there), two tiles ahead, behind the matrix steps. mma.sync widens
 //   in registers straight into its B fragments: a widened copy in shared
 //   memory cost more shared-memory traffic than the 16-bit path has in all.
+//   Its fp8 rows are five aligned 128-byte groups with their own chunk
+//   swizzle (fp8_chunk_offset), and Q's columns are reordered so that one
+//   8-byte load of K feeds two k16 steps.
 // - Epilogue: o / l (zero when l == 0), stats (m in natural-log units, l). A
 //   split writes float32 partials in split_combine's entry layout instead.
 #pragma once
@@ -165,7 +168,7 @@ struct Config {
   static constexpr int kQBytes = M * (kRowBytes16 - kQRegBlocks * 128);
   static constexpr int kTileBytes16 = kTileTokens * kRowBytes16;
   // fp8 rows in a stage. mma.sync reads its B fragments straight from the
-  // bytes (4, 8 or 16 per load, see decode_tile) and keeps each row in five
+  // bytes (4 or 8 per load, see decode_tile) and keeps each row in five
   // whole 128-byte groups, chunks swizzled within them (fp8_chunk_offset).
   static constexpr int kFp8RowBytes = kWgmma ? kHeadDim : 5 * 128;
   static constexpr int kStageBytes = KV == kKvFp8 ? kTileTokens * kFp8RowBytes : kTileBytes16;
@@ -218,11 +221,12 @@ __device__ __forceinline__ int swizzled(int rows, int r, int c) {
 // rows as they are (576 bytes). mma.sync's rows are 640 bytes, every 128-byte
 // group aligned, so each warp's copy of eight chunks per row fills whole
 // groups (592-byte rows made 2.3 shared-memory wavefronts per ideal one,
-// half of the 16-row kernel's shared-memory traffic; ncu, session 11); the
+// 45% of the 16-row kernel's shared-memory traffic; ncu, session 11); the
 // chunks of a group are XOR-swizzled by fp8_swizzle(r), which keeps the
-// 4-, 8- and 16-byte fragment loads of decode_tile conflict-free: rows 2i
-// and 2i + 1 differ in bit 2 (16-byte loads of rows g, g + 1), and rows of
-// one parity in bits 1 and 2 (8-byte loads of rows 2 c4).
+// 4- and 8-byte fragment loads of decode_tile conflict-free: the swizzles
+// of rows 4i .. 4i + 3 differ in bits 1-2 (8-byte loads of K, rows g of a
+// half-warp), so do those of the rows of one parity among eight (8-byte
+// loads of V, rows 2 c4), and all eight differ (4-byte loads).
 __device__ __forceinline__ int fp8_swizzle(int r) { return (r ^ ((r & 1) << 2)) & 7; }
 template <bool WGMMA>
 __device__ __forceinline__ int fp8_chunk_offset(int r, int c) {
