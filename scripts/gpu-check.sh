@@ -135,13 +135,14 @@ if step variants; then
   base=()
   if [ -n "${HELIXMLA_VARIANT_BASE:-}" ]; then
     base=(base)
+    base_build=$(realpath -m "$build-variantbase")
     rm -rf "$build-base-src" && mkdir -p "$build-base-src" && tar xf "$HELIXMLA_VARIANT_BASE" -C "$build-base-src"
-    ( cd "$build-base-src" && configure "$build-variantbase" -DHELIXMLA_BUILD_TESTS=OFF &&
-        ninja -C "$build-variantbase" -j "$(nproc)" helixmla ) >"$out/variantbase.log" 2>&1 &
+    ( cd "$build-base-src" && configure "$base_build" -DHELIXMLA_BUILD_TESTS=OFF &&
+        ninja -C "$base_build" -j "$(nproc)" helixmla ) >"$out/variantbase.log" 2>&1 &
   fi
   wait
   variant_flags_of() { if [ "$1" = base ]; then echo "tree $HELIXMLA_VARIANT_BASE"; else echo "${variant_flags[$1]}"; fi; }
-  variant_dir() { if [ "$1" = default ]; then echo "$build"; elif [ "$1" = base ]; then echo "$build-base-src/$build-variantbase"; else echo "$build-variant$1"; fi; }
+  variant_dir() { if [ "$1" = default ]; then echo "$build"; elif [ "$1" = base ]; then echo "$base_build"; else echo "$build-variant$1"; fi; }
   for i in "${!variant_flags[@]}" "${base[@]}"; do
     [ -x "$(variant_dir "$i")/helixmla" ] || summary+=("variant $i ($(variant_flags_of "$i")): build failed: $(grep -m1 -E 'error' "$out/variant$i.log")")
   done
