@@ -141,15 +141,16 @@ if step variants; then
         ninja -C "$base_build" -j "$(nproc)" helixmla ) >"$out/variantbase.log" 2>&1 &
   fi
   wait
+  builds=("${!variant_flags[@]}" "${base[@]}")  # every variant but the default
   variant_flags_of() { if [ "$1" = base ]; then echo "tree $HELIXMLA_VARIANT_BASE"; else echo "${variant_flags[$1]}"; fi; }
   variant_dir() { if [ "$1" = default ]; then echo "$build"; elif [ "$1" = base ]; then echo "$base_build"; else echo "$build-variant$1"; fi; }
-  for i in "${!variant_flags[@]}" "${base[@]}"; do
+  for i in "${builds[@]}"; do
     [ -x "$(variant_dir "$i")/helixmla" ] || summary+=("variant $i ($(variant_flags_of "$i")): build failed: $(grep -m1 -E 'error' "$out/variant$i.log")")
   done
   # The SASS instructions in each build's KV loop (one pass, one tile) of
   # the precompiled page-64 kernels, "M/page/elem/kv/engine:instructions";
   # the listings stay in the log archive for reading the loops side by side.
-  for i in "${!variant_flags[@]}" "${base[@]}" default; do
+  for i in "${builds[@]}" default; do
     vb=$(variant_dir "$i")
     [ -f "$vb/libhelixmla.so" ] || continue
     cuobjdump -sass "$vb/libhelixmla.so" >"$out/variant$i.sass" 2>/dev/null
@@ -158,7 +159,7 @@ if step variants; then
     summary+=("variant $i loop instructions: $loops")
   done
   for r in $(seq 1 "$rounds"); do
-    for i in "${!variant_flags[@]}" "${base[@]}" default; do
+    for i in "${builds[@]}" default; do
       [ "$(elapsed)" -ge "$budget" ] && { summary+=("variant $i round $r: skipped, time budget spent"); continue; }
       vb=$(variant_dir "$i")
       if [ "$i" = default ]; then label=default; else label="$i ($(variant_flags_of "$i"))"; fi
