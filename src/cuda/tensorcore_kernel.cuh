@@ -708,6 +708,8 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
             *reinterpret_cast<uint4*>(q_s + swizzled(M, r, 8 * block + c)) = make_uint4(w[0], w[1], w[2], w[3]);
           }
         };
+        // Two calls with constant arguments, so that each unrolls with
+        // constant indices and `pairs` stays in registers.
         if (block < kLatent / 64) {
           store(true);
         } else {
