@@ -37,8 +37,10 @@
 //   partials are swapped through shared memory in register order, and each
 //   warpgroup runs the softmax on the whole tile in its own registers (the S
 //   accumulator layout is P's A-operand layout), so one barrier per tile
-//   less and no P round trip; the rescale of O is skipped when no row max
-//   moved.
+//   less and no P round trip. Each row keeps a reference maximum that
+//   moves only when a tile passes it by 2^8 (HELIXMLA_TC_RESCALE_SLACK), so
+//   O's rescale is skipped on almost every tile; the stats carry the true
+//   maximum, l moved to it in the epilogue.
 // - fp8 e4m3 KV lands in shared memory as bytes and is widened to fp16
 //   (exact: every e4m3 value is an fp16 value; one instruction per pair,
 //   bf16 would take four), so its matrix steps run in fp16 whatever Q's
@@ -92,6 +94,14 @@ namespace helixmla_tc {
 #endif
 #ifndef HELIXMLA_TC_OVERLAP_MIN_PAGE
 #define HELIXMLA_TC_OVERLAP_MIN_PAGE 8
+#endif
+// Lazy rescaling (exp2 units): a row's reference maximum moves only when a
+// tile's maximum passes it by more than this, so O's rescale (and, on the
+// 16-row kernel, the work around it) is skipped on almost every tile after
+// the first. P stays below 2^slack, which bf16 and fp16 hold with their
+// full precision. 0 rescales whenever the maximum moves.
+#ifndef HELIXMLA_TC_RESCALE_SLACK
+#define HELIXMLA_TC_RESCALE_SLACK 8
 #endif
 
 // Element kinds of the matrix inputs: Q (and out) type, and KV storage.
@@ -189,7 +199,7 @@ struct Config {
   static constexpr int kSOffset = kWideOffset + kWideTiles * kTileBytes16;
   static constexpr int kPOffset = kSOffset + kSBytes;
   static constexpr int kRowInfoOffset = kPOffset + kPBytes;
-  static constexpr int kSmemBytes = kRowInfoOffset + 4 * M * 4 + (kWgmma ? 1024 : 0);
+  static constexpr int kSmemBytes = kRowInfoOffset + 5 * M * 4 + 16 + (kWgmma ? 1024 : 0);
   // wgmma: Q's register columns pass once through shared memory (16-byte
   // copies with the rest of Q, then ldmatrix into the A layout), in a region
   // no tile uses before the loop's first barrier: the last KV stage (the
@@ -317,6 +327,18 @@ __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
+}
+
+// A row's reference maximum after a tile whose maximum is `tile_max`
+// (HELIXMLA_TC_RESCALE_SLACK). A row that has seen nothing (-inf) takes the
+// first finite maximum.
+__device__ __forceinline__ float next_reference_max(float m_ref, float tile_max) {
+  return tile_max > m_ref + HELIXMLA_TC_RESCALE_SLACK ? tile_max : m_ref;
+}
+// O's rescale factor when the reference maximum moves from `from` to `to`:
+// exactly 1 when it stays (which the skips test), 0 from nothing seen.
+__device__ __forceinline__ float rescale_factor(float from, float to) {
+  return from == to ? 1.0f : fast_exp2(from - to);
 }
 
 // wgmma shared-memory descriptor, 128-byte swizzle; `p` must sit in a
@@ -468,6 +490,9 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   int* bound_s = reinterpret_cast<int*>(alpha_s + M);
   float* m_s = alpha_s + 2 * M;
   float* l_s = alpha_s + 3 * M;
+  float* top_s = alpha_s + 4 * M;  // true row maxima, for the stats
+  // mma.sync: the last tile in which some row's reference maximum moved.
+  int* rescale_tile_s = reinterpret_cast<int*>(alpha_s + 5 * M);
 
   const WorkItem w = p.items[blockIdx.x];
   const int tid = threadIdx.x;
@@ -503,6 +528,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   const int* page_row = p.page_table + static_cast<long long>(w.request) * p.page_table_stride;
   const unsigned char* pool = static_cast<const unsigned char*>(p.pool);
 
+  if (tid == 0) *rescale_tile_s = -1;
   if (tid < M) {
     const int r = w.row_begin + tid;
     // Rows past the request's last are never stored. The lean softmax lets
@@ -577,8 +603,9 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   // Softmax ownership: row srow, tokens [stok, stok + kRowTokens) of each tile.
   const int srow = tid / C::kRowThreads;
   const int stok = (tid % C::kRowThreads) * C::kRowTokens;
-  float m_run = neg_inf();
-  float l_run = 0.0f;
+  float m_run = neg_inf();  // reference maximum (next_reference_max)
+  float m_top = neg_inf();  // true maximum
+  float l_run = 0.0f;       // this thread's tokens only, until the epilogue
 
   // mma.sync S ownership: rows [16 mt, +16), tokens [16 wn, +16), every
   // kWarpsK-th k16 step. wgmma: warpgroup wg takes k16 steps 2 i + wg.
@@ -592,6 +619,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   // wgmma softmax state, rows wg_row and wg_row + 8 (l: this thread's tokens only).
   const int wg_row = wg_warp * 16 + g;
   float m_lo = neg_inf(), m_hi = neg_inf();
+  float top_lo = neg_inf(), top_hi = neg_inf();
   float l_lo = 0.0f, l_hi = 0.0f;
   const u64 q_desc = smem_desc(q_s + wg * 32, 16, 1024);
   // Q fragments of this warpgroup's first kQRegSteps k16 steps (k16 step
@@ -837,12 +865,16 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
         max_lo = fmaxf(max_lo, __shfl_xor_sync(0xffffffffu, max_lo, off));
         max_hi = fmaxf(max_hi, __shfl_xor_sync(0xffffffffu, max_hi, off));
       }
-      const float new_lo = fmaxf(m_lo, kLeanSoftmax ? max_lo * scale_log2 : max_lo);
-      const float new_hi = fmaxf(m_hi, kLeanSoftmax ? max_hi * scale_log2 : max_hi);
+      const float tile_lo = kLeanSoftmax ? max_lo * scale_log2 : max_lo;
+      const float tile_hi = kLeanSoftmax ? max_hi * scale_log2 : max_hi;
+      top_lo = fmaxf(top_lo, tile_lo);
+      top_hi = fmaxf(top_hi, tile_hi);
+      const float new_lo = next_reference_max(m_lo, tile_lo);
+      const float new_hi = next_reference_max(m_hi, tile_hi);
       const bool any_lo = new_lo != neg_inf();
       const bool any_hi = new_hi != neg_inf();
-      const float alpha_lo = any_lo ? fast_exp2(m_lo - new_lo) : 1.0f;
-      const float alpha_hi = any_hi ? fast_exp2(m_hi - new_hi) : 1.0f;
+      const float alpha_lo = rescale_factor(m_lo, new_lo);
+      const float alpha_hi = rescale_factor(m_hi, new_hi);
       float sum_lo = 0.0f, sum_hi = 0.0f;
       if constexpr (kLeanSoftmax) {
         // A row that has seen nothing subtracts 0: its -inf positions give 0.
@@ -1105,18 +1137,15 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
         for (int off = C::kRowThreads / 2; off > 0; off >>= 1) {
           tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, off));
         }
-        const float m_new = fmaxf(m_run, tile_max);
+        m_top = fmaxf(m_top, tile_max);
+        const float m_new = next_reference_max(m_run, tile_max);
         const bool any = m_new != neg_inf();
-        const float alpha = any ? fast_exp2(m_run - m_new) : 1.0f;
+        const float alpha = rescale_factor(m_run, m_new);
         float sum = 0.0f;
 #pragma unroll
         for (int i = 0; i < C::kRowTokens; ++i) {
           v[i] = any ? fast_exp2(v[i] - m_new) : 0.0f;
           sum += v[i];
-        }
-#pragma unroll
-        for (int off = C::kRowThreads / 2; off > 0; off >>= 1) {
-          sum += __shfl_xor_sync(0xffffffffu, sum, off);
         }
         l_run = l_run * alpha + sum;
         m_run = m_new;
@@ -1132,7 +1161,10 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
           static_assert(C::kRowTokens == 8, "softmax threads own 2, 4 or 8 tokens");
           *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
         }
-        if (stok == 0) alpha_s[srow] = alpha;
+        if (stok == 0) {
+          alpha_s[srow] = alpha;
+          if (alpha != 1.0f) atomicMax(rescale_tile_s, it);  // rows of several warps may move
+        }
       }
       __syncthreads();
 
@@ -1144,16 +1176,21 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       for (int kk = 0; kk < T / 16; ++kk) p_off[kk] = p_offset(pa_row, kk * 2 + (lane >> 4));
 
       // O[:, 64 warp .. +64] = alpha * O + P V
+      // Block-uniform skip: one shared word says whether any row moved in
+      // this tile (a vote over the warp's own factors kept them live across
+      // the branch, and the 80-register kernel paid for that elsewhere).
+      if (*rescale_tile_s == it) {
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        const float a_lo = alpha_s[mt * 16 + g];
-        const float a_hi = alpha_s[mt * 16 + g + 8];
+        for (int mt = 0; mt < MT; ++mt) {
+          const float a_lo = alpha_s[mt * 16 + g];
+          const float a_hi = alpha_s[mt * 16 + g + 8];
 #pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-          acc[(mt * 8 + nt) * 4] *= a_lo;
-          acc[(mt * 8 + nt) * 4 + 1] *= a_lo;
-          acc[(mt * 8 + nt) * 4 + 2] *= a_hi;
-          acc[(mt * 8 + nt) * 4 + 3] *= a_hi;
+          for (int nt = 0; nt < 8; ++nt) {
+            acc[(mt * 8 + nt) * 4] *= a_lo;
+            acc[(mt * 8 + nt) * 4 + 1] *= a_lo;
+            acc[(mt * 8 + nt) * 4 + 2] *= a_hi;
+            acc[(mt * 8 + nt) * 4 + 3] *= a_hi;
+          }
         }
       }
       // Same trick as in S: the in-block slots are fixed per thread, the
@@ -1241,12 +1278,19 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     if (wg == 0 && c4 == 0) {
       m_s[wg_row] = m_lo;
       l_s[wg_row] = l_lo;
+      top_s[wg_row] = top_lo;
       m_s[wg_row + 8] = m_hi;
       l_s[wg_row + 8] = l_hi;
+      top_s[wg_row + 8] = top_hi;
     }
-  } else if (stok == 0) {
-    m_s[srow] = m_run;
-    l_s[srow] = l_run;
+  } else {
+#pragma unroll
+    for (int off = C::kRowThreads / 2; off > 0; off >>= 1) l_run += __shfl_xor_sync(0xffffffffu, l_run, off);
+    if (stok == 0) {
+      m_s[srow] = m_run;
+      l_s[srow] = l_run;
+      top_s[srow] = m_top;
+    }
   }
   __syncthreads();
 
@@ -1307,8 +1351,11 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     }
   }
   if (tid < M && w.row_begin + tid < rows_total) {
-    const float l = l_s[tid];
-    const float m = l > 0.0f ? m_s[tid] * 0.6931471805599453f : neg_inf();
+    // o was normalised against the reference maximum; the stats take the
+    // true one, with l moved to it.
+    const float l_ref = l_s[tid];
+    const float l = l_ref > 0.0f ? l_ref * exp2f(m_s[tid] - top_s[tid]) : 0.0f;
+    const float m = l_ref > 0.0f ? top_s[tid] * 0.6931471805599453f : neg_inf();
     if (direct) {
       if (p.stats) *reinterpret_cast<float2*>(p.stats + (row0 + tid) * 2) = make_float2(m, l);
     } else {
