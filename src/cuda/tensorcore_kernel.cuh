@@ -15,8 +15,8 @@
 //   64 rows of matrix work; more rows (H * q_len > 64) take several tiles.
 // - KV tiles of 32 tokens are gathered from the page pool with 16-byte
 //   cp.async (page size PAGE is a template parameter: the page lookup is a
-//   multiply, not a division), 2 to 5 stages deep; tokens past the range are
-//   zero-filled, so masked positions multiply finite zeros. Each thread looks
+//   multiply, not a division), 2 to 4 stages deep; tokens past the range
+//   are zero-filled, so masked positions multiply finite zeros. Each thread looks
 //   up its page one tile ahead, so the page-table load never stalls a copy.
 // - Shared-memory rows are 128-byte blocks with the 16-byte chunks XOR-swizzled
 //   by row, so every ldmatrix and every cp.async store is conflict-free.
@@ -85,12 +85,12 @@ namespace helixmla_tc {
 
 // 16-bit wgmma: KV stages, and the smallest page size that takes the
 // overlapped loop (A/B runs as above). Five stages fit beside Q's 16
-// register steps (254 registers, no spills); they measured as four did in
-// one round (case 16 408.4 against 405.3 us, case 4 362.7 against 365.6;
-// session 11) and are what the GPU tests ran. The overlapped loop at page
-// 1 stays slower with five (502 us).
+// register steps, but four measured as fast or faster on every 64-row
+// case in two rounds (case 16 402.3 against 407.5 us, case 4 329.7 against
+// 332.6; session 12), and leave 36 KB of shared memory free. The
+// overlapped loop at page 1 stays slower (502 us with five, session 11).
 #ifndef HELIXMLA_TC_WGMMA_16BIT_STAGES
-#define HELIXMLA_TC_WGMMA_16BIT_STAGES 5
+#define HELIXMLA_TC_WGMMA_16BIT_STAGES 4
 #endif
 #ifndef HELIXMLA_TC_OVERLAP_MIN_PAGE
 #define HELIXMLA_TC_OVERLAP_MIN_PAGE 8
@@ -164,7 +164,7 @@ struct Config {
   // cycle shared memory delivers; from registers it reads 1 KB. Those Q
   // columns (whole 64-column blocks: the two warpgroups take alternate
   // steps) are never stored in shared memory, which makes room for a
-  // fourth KV stage (fp8) or a fifth (16-bit).
+  // fourth KV stage (fp8; 16-bit could take a fifth, see the knob).
   static constexpr int kQRegSteps =
       kWgmma ? (KV == kKvFp8 ? HELIXMLA_TC_Q_REG_STEPS_FP8 : HELIXMLA_TC_Q_REG_STEPS_16BIT) : 0;
   static_assert(kQRegSteps % 2 == 0 && kQRegSteps <= 36 / kWarpsK, "Q registers cover whole 64-column blocks");
