@@ -62,10 +62,10 @@ namespace helixmla_tc {
 // kQRegSteps), by KV kind; defined on the command line for A/B runs
 // (scripts/gpu-check.sh variants). Both take 16, which leaves one 64-column
 // block of Q in shared memory: fp8 for its three widened tiles; 16-bit KV
-// because the serial loop (pages under 8) waits on each S, whose shared-
-// memory Q reads 16 steps shorten: case 16 432 -> 405-408 us with four or
-// five stages (session 11; session 6 had found 12 best at page 64, where
-// 16 measures the same now).
+// because the serial loop that pages under 8 ran until session 12 waited
+// on each S, whose shared-memory Q reads 16 steps shorten (case 16 432 ->
+// 405-408 us, session 11; session 6 had found 12 best at page 64, where 16
+// measures the same).
 #ifndef HELIXMLA_TC_Q_REG_STEPS_16BIT
 #define HELIXMLA_TC_Q_REG_STEPS_16BIT 16
 #endif
@@ -83,17 +83,12 @@ namespace helixmla_tc {
 #define HELIXMLA_TC_M16_FP8_BLOCKS_PER_SM 3
 #endif
 
-// 16-bit wgmma: KV stages, and the smallest page size that takes the
-// overlapped loop (A/B runs as above). Five stages fit beside Q's 16
-// register steps, but four measured as fast or faster on every 64-row
-// case in two rounds (case 16 402.3 against 407.5 us, case 4 329.7 against
-// 332.6; session 12), and leave 36 KB of shared memory free. The
-// overlapped loop at page 1 stays slower (502 us with five, session 11).
+// 16-bit wgmma: KV stages (A/B runs as above). Five fit beside Q's 16
+// register steps, but four measured as fast or faster on every 64-row case
+// in two rounds (case 16 402.3 against 407.5 us, case 4 329.7 against
+// 332.6; session 12), and leave 36 KB of shared memory free.
 #ifndef HELIXMLA_TC_WGMMA_16BIT_STAGES
 #define HELIXMLA_TC_WGMMA_16BIT_STAGES 4
-#endif
-#ifndef HELIXMLA_TC_OVERLAP_MIN_PAGE
-#define HELIXMLA_TC_OVERLAP_MIN_PAGE 8
 #endif
 // Lazy rescaling (exp2 units): a row's reference maximum moves only when a
 // tile's maximum passes it by more than this, so O's rescale (and, on the
@@ -183,7 +178,7 @@ struct Config {
   static constexpr int kFp8RowBytes = kWgmma ? kHeadDim : 5 * 128;
   static constexpr int kStageBytes = KV == kKvFp8 ? kTileTokens * kFp8RowBytes : kTileBytes16;
   // wgmma: the S halves swap through shared memory, 16 floats per thread,
-  // through two buffers by tile parity (the overlapped loop has one
+  // through two buffers by tile parity (the loop has one
   // barrier per tile, so a fast thread's next swap must not overwrite what
   // a slow thread of the other warpgroup has yet to read).
   static constexpr int kSwapBytes = kThreads * 16 * 4;
@@ -507,27 +502,24 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   const int rows_total = w.q_len * p.heads;
   const long long row0 = static_cast<long long>(w.token_offset) * p.heads + w.row_begin;
 
-  // wgmma engine, split into its steps so that they overlap across tiles:
-  // S(it + 1) is issued before the softmax of tile it and P V(it) right
-  // behind it, so the tensor cores work through the softmax and one round
-  // trip of wgmma issue and wait per tile disappears; fp8 widens tile
-  // it + 2 while both are in flight. 16-bit KV in pages under 8 tokens
-  // keeps the serial order: the overlap waits for tile it + 1, one tile
-  // less in flight than the serial loop's wait for tile it, and a gather of
-  // rows that scattered needs the extra tile (pages 1, 2 and 4 measured
-  // 6-8% slower with the overlap, page 8 5% faster; fp8, whose widened
-  // tiles keep a tile more in flight, 6% faster at page 1 and 15% at 8;
-  // session 8). Neither a fifth stage for the serial loop (its one S swap
-  // buffer leaves the room) nor S(it + 1) issued behind P V(it) once tile
-  // it + 1 has landed (one wait per tile) helped there: 1% and 13% slower
-  // at pages 1 and 2 (session 9).
-  constexpr bool kOverlap = C::kWgmma && (PAGE >= HELIXMLA_TC_OVERLAP_MIN_PAGE || KV == kKvFp8);
-  // The softmax of the overlapped 16-bit loop takes maxima of the unscaled
-  // S (the scale is positive), folds the scale into each exponent's FFMA
-  // and masks only tiles that reach a row's bound: 1-2% faster on suite
-  // cases 3, 4, 6 and 13, but 0.6% slower on fp8 (case 10) and 1% on the
-  // serial loop (case 16), which keep the plain one (session 10).
-  constexpr bool kLeanSoftmax = kOverlap && KV != kKvFp8;
+  // The wgmma loop is split into its steps so that they overlap across
+  // tiles: S(it + 1) is issued before the softmax of tile it and P V(it)
+  // right behind it, so the tensor cores work through the softmax and one
+  // round trip of wgmma issue and wait per tile disappears; fp8 widens tile
+  // it + 2 while both are in flight. Until session 12, 16-bit KV in pages
+  // under 8 tokens kept a serial order (issue, wait, softmax, issue, wait):
+  // the overlap, which waits for tile it + 1 and so keeps one tile less in
+  // flight, measured 6-19% slower there. What it lost to was the page
+  // table: a fresh line per tile whose load stalled the loop at once (see
+  // lookup below); with that fixed the overlap is faster at every page
+  // size (case 16 391.6 -> 341.5 us).
+  //
+  // The softmax of the 16-bit loop takes maxima of the unscaled S (the
+  // scale is positive), folds the scale into each exponent's FFMA and masks
+  // only tiles that reach a row's bound: 1-2% faster on suite cases 3, 4, 6
+  // and 13, but 0.6% slower on fp8 (case 10), which keeps the plain one
+  // (session 10).
+  constexpr bool kLeanSoftmax = C::kWgmma && KV != kKvFp8;
 
   const int* page_row = p.page_table + static_cast<long long>(w.request) * p.page_table_stride;
   const unsigned char* pool = static_cast<const unsigned char*>(p.pool);
@@ -567,13 +559,32 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
 
   const int n_tiles = w.kv_end > w.kv_begin ? (w.kv_end - w.kv_begin + T - 1) / T : 0;
 
-  // This thread's pool slot of KV tile `tile` (32 positions from kv_begin +
-  // 32 * tile), -1 past the range. Looked up one tile before its copy is
-  // issued, so the page-table load never stalls the copy.
+  // This thread's page-table entry for KV tile `tile` (32 positions from
+  // kv_begin + 32 * tile), looked up one tile before its copy is issued so
+  // that the load never stalls the copy, and its pool slot (-1 past the
+  // range). Pages under a tile keep the loaded page id until the copy:
+  // widening it to the slot right behind the load put the page table's
+  // latency (a fresh line every tile at page 1) on the loop, a quarter of
+  // the wgmma loop's stall samples at page 1 (ncu, session 12).
+  // Larger pages share one entry per tile, which hits, and widen at once:
+  // 2-4% faster at pages 64 and 128 than deferring.
+  constexpr bool kWidenAtCopy = PAGE < T;
   const int load_tok = tid >> 3;
-  auto slot_of = [&](int tile) -> long long {
+  auto lookup = [&](int tile) {
     const int pos = w.kv_begin + tile * T + load_tok;
-    return pos < w.kv_end ? static_cast<long long>(page_row[pos / PAGE]) * PAGE + pos % PAGE : -1;
+    if constexpr (kWidenAtCopy) {
+      return pos < w.kv_end ? page_row[pos / PAGE] : -1;
+    } else {
+      return pos < w.kv_end ? static_cast<long long>(page_row[pos / PAGE]) * PAGE + pos % PAGE : -1LL;
+    }
+  };
+  typedef decltype(lookup(0)) Entry;
+  auto slot_of = [&](int tile, Entry entry) -> long long {
+    if constexpr (kWidenAtCopy) {
+      return entry < 0 ? -1 : static_cast<long long>(entry) * PAGE + (w.kv_begin + tile * T + load_tok) % PAGE;
+    } else {
+      return entry;
+    }
   };
   // Gathers this thread's share of a KV tile (its row at `slot`) into `stage`.
   auto load_tile = [&](long long slot, int stage) {
@@ -599,10 +610,10 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
 
 #pragma unroll
   for (int s = 0; s < C::kStages - 1; ++s) {
-    if (s < n_tiles) load_tile(slot_of(s), s);
+    if (s < n_tiles) load_tile(slot_of(s, lookup(s)), s);
     cp_async_commit();  // Q travels in the first group
   }
-  long long next_slot = slot_of(C::kStages - 1);
+  Entry next_entry = lookup(C::kStages - 1);
 
   // Softmax ownership: row srow, tokens [stok, stok + kRowTokens) of each tile.
   const int srow = tid / C::kRowThreads;
@@ -821,9 +832,9 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   // tile it - 1, which no thread reads any more) and looks up the next slot.
   auto load_ahead = [&](int it) {
     const int next = it + C::kStages - 1;
-    if (next < n_tiles) load_tile(next_slot, next % C::kStages);
+    if (next < n_tiles) load_tile(slot_of(next, next_entry), next % C::kStages);
     cp_async_commit();
-    next_slot = slot_of(next + 1);
+    next_entry = lookup(next + 1);
   };
   // Online softmax of tile `it` on the whole S tile in registers, then
   // P V issued into this warpgroup's 256 output columns, not awaited.
@@ -865,7 +876,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
         }
       }
       // The row maxima over the quad on every tile: a warp vote to skip the
-      // shuffles (as the mma.sync softmax does) made the overlapped loop
+      // shuffles (as the mma.sync softmax does) made the loop
       // 1-3% slower (session 12).
 #pragma unroll
       for (int off = 1; off < 4; off <<= 1) {
@@ -966,7 +977,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       }
     }
   };
-  // The 16-bit tile the overlapped loop's matrix steps read for tile `tile`.
+  // The 16-bit tile the wgmma loop's matrix steps read for tile `tile`.
   auto mma_tile = [&](int tile) -> unsigned char* {
     constexpr int kRing = C::kWideTiles > 0 ? C::kWideTiles : 1;  // no % 0 where there are none
     if constexpr (C::kWideTiles > 0) return wide_s + (tile % kRing) * C::kTileBytes16;
@@ -974,7 +985,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   };
 
   for (int it = 0; it < n_tiles; ++it) {
-    if constexpr (kOverlap) {
+    if constexpr (C::kWgmma) {
       // The tensor cores take S(it + 1) while this tile's softmax runs,
       // then P V(it): S is issued as soon as the swap's barrier has shown
       // that tile it + 1 is in place for every thread (16-bit: landed;
@@ -1015,30 +1026,12 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
           fence_proxy_async();
         }
       }
-      continue;
-    }
-    cp_async_wait<C::kStages - 2>();
-    if constexpr (C::kWgmma) fence_proxy_async();
-    __syncthreads();
-    load_ahead(it);
-    const unsigned char* kv = stage_s + (it % C::kStages) * C::kStageBytes;
-    if constexpr (KV == kKvFp8 && C::kWgmma) {
-      widen_tile(it, wide_s);
-      fence_proxy_async();
+    } else {
+      cp_async_wait<C::kStages - 2>();
       __syncthreads();
-      kv = wide_s;
-    }
-
-    if constexpr (C::kWgmma) {
-      issue_s(kv, s_acc);
-      wgmma_wait_all();
-      pin_registers(s_acc);
-      add_other_s_half(smem + C::kSOffset);
-      softmax_and_issue_pv(kv, it);
-      wgmma_wait_all();
-      pin_registers(acc);
-      pin_registers(pa);
-    } else {  // S partial sums of this warp into s_buf[s_wk]
+      load_ahead(it);
+      const unsigned char* kv = stage_s + (it % C::kStages) * C::kStageBytes;
+      // S partial sums of this warp into s_buf[s_wk]
       float* s_buf = reinterpret_cast<float*>(smem + C::kSOffset);
       unsigned char* p_s = smem + C::kPOffset;
       float s_acc[2][4];
@@ -1275,7 +1268,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       }
     }
   }
-  if constexpr (kOverlap) {  // the last P V
+  if constexpr (C::kWgmma) {  // the last P V
     wgmma_wait_all();
     pin_registers(acc);
     pin_registers(pa);
