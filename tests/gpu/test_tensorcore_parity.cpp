@@ -165,8 +165,8 @@ TEST(TensorcoreFp8, BfloatQueriesOutsideFp16RangeMatch) {
 TEST(TensorcoreJit, PageSizesOutsideThePrecompiledSetRun) {
   SKIP_WITHOUT_TENSORCORE();
   if (!Environment::detect().nvrtc) GTEST_SKIP() << "no NVRTC";
-  // Pages 12 and 3 take the two loop orders pages under 16 tokens have
-  // (overlapped from 8 tokens, serial below for 16-bit KV).
+  // Pages 12 and 3 are under a tile (page ids widened at the copy) and JIT
+  // only; 48 and 96 are whole tiles outside the precompiled set.
   for (std::int32_t page : {48, 96, 12, 3}) {
     for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
       BatchSpec spec = decode_spec(48, page < 16 ? 2 : 1, page, kv);
@@ -347,9 +347,9 @@ TEST(TensorcoreGraphReplay, CapturedRunReplaysCorrectly) {
 }
 
 // A small, fast subset for compute-sanitizer memcheck and racecheck: every
-// row tile, fp8 widening (16, 32 and 64 rows), both loops of the 64-row
-// wgmma engine (page 1 is the serial one), a JIT page size, splits and
-// Helix-empty rows.
+// row tile, fp8 widening (16, 32 and 64 rows), the 64-row wgmma engine at
+// whole-tile pages and at page 1 (page ids widened at the copy), a JIT page
+// size, splits and Helix-empty rows.
 TEST(TensorcoreSanitize, SmallRepresentativeShapes) {
   SKIP_WITHOUT_TENSORCORE();
   const std::tuple<std::int32_t, std::int32_t, std::int32_t, DType> shapes[] = {
