@@ -7,6 +7,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -225,6 +226,90 @@ TEST(TensorcoreEngines, BothEnginesOf64RowTilesMatchReference) {
         expect_matches_reference(host, label);
       }
     }
+  }
+}
+
+// Scales every request's KV row at position j by 1 + growth * j / kv_len,
+// so that scores, and with them each row's maximum, climb along the
+// sequence. The kernels keep a reference maximum per row that moves only
+// when a tile passes it by HELIXMLA_TC_RESCALE_SLACK (2^8): uniform random
+// KV never makes it move after the first tile (its row maxima stay within
+// ~2 exp2 units of the first tile's), so without this the rescale of O and
+// the stats' correction to the true maximum would go untested.
+void grow_keys_along_sequence(SyntheticBatch& host, float growth) {
+  const BatchSpec& spec = host.spec();
+  const std::int64_t dim = spec.dims.head_dim();
+  for (std::size_t r = 0; r < host.kv_len_.size(); ++r) {
+    const std::int32_t kv = host.kv_len_[r];
+    for (std::int32_t j = 0; j < kv; ++j) {
+      const std::int64_t page = host.page_table_[r * host.page_table_stride_ + j / spec.page_size];
+      const std::int64_t row = (page * spec.page_size + j % spec.page_size) * dim;
+      const float factor = 1.0f + growth * static_cast<float>(j) / static_cast<float>(kv);
+      for (std::int64_t c = 0; c < dim; ++c) {
+        store_from_float(host.pool_.data(), spec.kv_dtype, row + c,
+                         load_as_float(host.pool_.data(), spec.kv_dtype, row + c) * factor);
+      }
+    }
+  }
+}
+
+// How many times head 0 of request `r`'s last query token moves its
+// reference maximum after the first 32-token tile, replaying the kernels'
+// rule on the host data (exp2 units, slack 8): the test below must make it
+// move, or it checks nothing new.
+int reference_moves(const SyntheticBatch& host, std::size_t r) {
+  const BatchSpec& spec = host.spec();
+  const std::int64_t dim = spec.dims.head_dim();
+  std::int64_t token = 0;
+  for (std::size_t i = 0; i < r; ++i) token += host.q_len_[i];
+  token += host.q_len_[r] - 1;  // sees the whole KV
+  const std::int32_t kv = host.kv_len_[r];
+  double reference = -INFINITY;
+  int moves = 0;
+  for (std::int32_t tile = 0; tile * 32 < kv; ++tile) {
+    double tile_max = -INFINITY;
+    for (std::int32_t j = tile * 32; j < std::min(kv, tile * 32 + 32); ++j) {
+      const std::int64_t page = host.page_table_[r * host.page_table_stride_ + j / spec.page_size];
+      const std::int64_t row = (page * spec.page_size + j % spec.page_size) * dim;
+      double dot = 0.0;
+      for (std::int64_t c = 0; c < dim; ++c) {
+        dot += static_cast<double>(load_as_float(host.q_.data(), spec.q_dtype, token * spec.heads * dim + c)) *
+               load_as_float(host.pool_.data(), spec.kv_dtype, row + c);
+      }
+      tile_max = std::max(tile_max, dot * spec.kv_scale * host.softmax_scale_ * 1.4426950408889634);
+    }
+    if (tile_max > reference + 8.0) {
+      moves += tile > 0 ? 1 : 0;
+      reference = tile_max;
+    }
+  }
+  return moves;
+}
+
+TEST(TensorcoreLazyRescale, RowMaximaClimbingAlongTheSequenceMatch) {
+  SKIP_WITHOUT_TENSORCORE();
+  for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
+    // fp8 stores up to 16 (scale 1/16); 21 times that stays inside e4m3's 448.
+    const float growth = kv == DType::fp8_e4m3 ? 20.0f : 24.0f;
+    for (std::int32_t heads : {16, 24, 48, 128}) {  // row tiles of 16, 32 and 64 (both engines)
+      for (std::int32_t page : {1, 64}) {
+        BatchSpec spec = decode_spec(heads, 2, page, kv);
+        spec.kv_len = {5, 301, 1030};
+        SyntheticBatch host(spec);
+        grow_keys_along_sequence(host, growth);
+        EXPECT_GE(reference_moves(host, 2), 2) << label_of(spec) << ": the data does not move the reference";
+        expect_parity(host, label_of(spec) + " climbing maxima");
+      }
+    }
+    // Splits each start a reference of their own; the combine meets their stats.
+    BatchSpec spec = decode_spec(48, 1, 64, kv);
+    spec.generations = 2;
+    spec.kv_len = {12000, 40};
+    SyntheticBatch host(spec);
+    grow_keys_along_sequence(host, growth);
+    EXPECT_GE(reference_moves(host, 0), 2) << label_of(spec);
+    const RunInfo info = expect_parity(host, label_of(spec) + " climbing maxima split");
+    EXPECT_TRUE(info.any_split) << label_of(spec) << ": the plan did not split";
   }
 }
 
