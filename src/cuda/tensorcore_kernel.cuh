@@ -566,8 +566,8 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   // widening it to the slot right behind the load put the page table's
   // latency (a fresh line every tile at page 1) on the loop, a quarter of
   // the wgmma loop's stall samples at page 1 (ncu, session 12).
-  // Larger pages share one entry per tile, which hits, and widen at once:
-  // 2-4% faster at pages 64 and 128 than deferring.
+  // Pages of a tile or more give a tile one or two entries, which hit, and
+  // widen at once: 2-4% faster at pages 64 and 128 than deferring.
   constexpr bool kWidenAtCopy = PAGE < T;
   const int load_tok = tid >> 3;
   auto lookup = [&](int tile) {
