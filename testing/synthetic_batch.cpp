@@ -124,6 +124,13 @@ SyntheticBatch::SyntheticBatch(const BatchSpec& spec) : spec_(spec) {
   poison_outputs();
 }
 
+std::int64_t SyntheticBatch::pool_row(std::int32_t request, std::int32_t position) const {
+  const std::int64_t page =
+      page_table_[static_cast<std::size_t>(request) * static_cast<std::size_t>(page_table_stride_) +
+                  static_cast<std::size_t>(position / spec_.page_size)];
+  return (page * spec_.page_size + position % spec_.page_size) * spec_.dims.head_dim();
+}
+
 void SyntheticBatch::poison_outputs() {
   std::memset(out_.data(), 0xff, out_.size());  // all-ones is NaN in bf16 and fp16
   std::fill(stats_.begin(), stats_.end(), std::numeric_limits<float>::quiet_NaN());

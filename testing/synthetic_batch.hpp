@@ -58,6 +58,9 @@ class SyntheticBatch {
   Problem problem();
   // Fills outputs and stats with NaN so unwritten elements cannot pass.
   void poison_outputs();
+  // Element index in pool_ of the first value of request `request`'s cached
+  // row at KV position `position` (head_dim values follow).
+  std::int64_t pool_row(std::int32_t request, std::int32_t position) const;
 
   const BatchSpec& spec() const { return spec_; }
   std::int64_t num_tokens() const { return num_tokens_; }

@@ -194,7 +194,10 @@ struct Config {
   static constexpr int kSOffset = kWideOffset + kWideTiles * kTileBytes16;
   static constexpr int kPOffset = kSOffset + kSBytes;
   static constexpr int kRowInfoOffset = kPOffset + kPBytes;
-  static constexpr int kSmemBytes = kRowInfoOffset + 5 * M * 4 + 16 + (kWgmma ? 1024 : 0);
+  // Per row: rescale factor, KV bound, reference maximum, l, true maximum;
+  // then mma.sync's rescale-tile word (16 bytes keep the alignment).
+  static constexpr int kRowInfoBytes = 5 * M * 4 + 16;
+  static constexpr int kSmemBytes = kRowInfoOffset + kRowInfoBytes + (kWgmma ? 1024 : 0);
   // wgmma: Q's register columns pass once through shared memory (16-byte
   // copies with the rest of Q, then ldmatrix into the A layout), in a region
   // no tile uses before the loop's first barrier: the last KV stage (the
@@ -512,7 +515,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   // flight, measured 6-19% slower there. What it lost to was the page
   // table: a fresh line per tile whose load stalled the loop at once (see
   // lookup below); with that fixed the overlap is faster at every page
-  // size (case 16 391.6 -> 341.5 us).
+  // size (case 16 401.7 -> 341.5 us).
   //
   // The softmax of the 16-bit loop takes maxima of the unscaled S (the
   // scale is positive), folds the scale into each exponent's FFMA and masks

@@ -242,8 +242,7 @@ void grow_keys_along_sequence(SyntheticBatch& host, float growth) {
   for (std::size_t r = 0; r < host.kv_len_.size(); ++r) {
     const std::int32_t kv = host.kv_len_[r];
     for (std::int32_t j = 0; j < kv; ++j) {
-      const std::int64_t page = host.page_table_[r * host.page_table_stride_ + j / spec.page_size];
-      const std::int64_t row = (page * spec.page_size + j % spec.page_size) * dim;
+      const std::int64_t row = host.pool_row(static_cast<std::int32_t>(r), j);
       const float factor = 1.0f + growth * static_cast<float>(j) / static_cast<float>(kv);
       for (std::int64_t c = 0; c < dim; ++c) {
         store_from_float(host.pool_.data(), spec.kv_dtype, row + c,
@@ -269,8 +268,7 @@ int reference_moves(const SyntheticBatch& host, std::size_t r) {
   for (std::int32_t tile = 0; tile * 32 < kv; ++tile) {
     double tile_max = -INFINITY;
     for (std::int32_t j = tile * 32; j < std::min(kv, tile * 32 + 32); ++j) {
-      const std::int64_t page = host.page_table_[r * host.page_table_stride_ + j / spec.page_size];
-      const std::int64_t row = (page * spec.page_size + j % spec.page_size) * dim;
+      const std::int64_t row = host.pool_row(static_cast<std::int32_t>(r), j);
       double dot = 0.0;
       for (std::int64_t c = 0; c < dim; ++c) {
         dot += static_cast<double>(load_as_float(host.q_.data(), spec.q_dtype, token * spec.heads * dim + c)) *

@@ -237,9 +237,8 @@ TEST(HelixInProcessAppend, OwnersWriteTheStepsRowsThenAttentionMatches) {
       args.destinations = dest.data();
       kv_append_host(args);
     }
-    // The newest position of request 0 now holds the appended row.
-    const std::int64_t last = 33, page = batch.page_table_[last / spec.page_size];
-    const float stored = load_as_float(batch.pool_.data(), kv_dtype, (page * spec.page_size + last % spec.page_size) * width);
+    // The newest position of request 0 (33) now holds the appended row.
+    const float stored = load_as_float(batch.pool_.data(), kv_dtype, batch.pool_row(0, 33));
     EXPECT_NEAR(stored * global.kv.scale, bf16_to_float(rows[2 * width]), kv_dtype == DType::bf16 ? 0.0 : 0.07);
 
     dist::HelixDriverOptions options;
