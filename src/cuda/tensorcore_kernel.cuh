@@ -527,7 +527,9 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   const int* page_row = p.page_table + static_cast<long long>(w.request) * p.page_table_stride;
   const unsigned char* pool = static_cast<const unsigned char*>(p.pool);
 
-  if (tid == 0) *rescale_tile_s = -1;
+  if constexpr (!C::kWgmma) {  // only mma.sync's warps share a rescale decision
+    if (tid == 0) *rescale_tile_s = -1;
+  }
   if (tid < M) {
     const int r = w.row_begin + tid;
     // Rows past the request's last are never stored. The lean softmax lets
