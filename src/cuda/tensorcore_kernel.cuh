@@ -574,7 +574,16 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   // Pages of a tile or more give a tile one or two entries, which hit, and
   // widen at once: 2-4% faster at pages 64 and 128 than deferring.
   constexpr bool kWidenAtCopy = PAGE < T;
-  const int load_tok = tid >> 3;
+  // KV copies: eight threads to a row as for Q, except where fp8 wgmma
+  // widens them. 16-byte shared-memory accesses are served a quarter-warp
+  // at a time, and the widened chunks 2c of one row fall on only four of
+  // the eight 16-byte bank groups: with a row to each quarter-warp every
+  // widening store took two wavefronts (ncu, session 13). There each
+  // quarter-warp takes four chunks of two adjacent rows (whose swizzles
+  // differ in bit 0), lanes (row, sub) = bits (4 2, 3 1 0).
+  constexpr bool kPairedRows = KV == kKvFp8 && C::kWgmma;
+  const int load_tok = kPairedRows ? 4 * warp + 2 * (lane >> 4) + ((lane >> 2) & 1) : tid >> 3;
+  const int load_sub = kPairedRows ? (lane & 3) + 4 * ((lane >> 3) & 1) : sub;
   auto lookup = [&](int tile) {
     const int pos = w.kv_begin + tile * T + load_tok;
     if constexpr (kWidenAtCopy) {
@@ -597,18 +606,18 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     if (!valid) slot = 0;
     unsigned char* dst = stage_s + stage * C::kStageBytes;
     if constexpr (KV == kKvFp8) {
-      const unsigned char* src = pool + slot * kHeadDim + sub * 16;
+      const unsigned char* src = pool + slot * kHeadDim + load_sub * 16;
 #pragma unroll
       for (int k = 0; k < (kHeadDim / 16 + 7) / 8; ++k) {
-        if (sub + 8 * k < kHeadDim / 16) {
-          cp_async_16(dst + fp8_chunk_offset<C::kWgmma>(load_tok, sub + 8 * k), src + 128 * k, valid);
+        if (load_sub + 8 * k < kHeadDim / 16) {
+          cp_async_16(dst + fp8_chunk_offset<C::kWgmma>(load_tok, load_sub + 8 * k), src + 128 * k, valid);
         }
       }
     } else {
-      const unsigned char* src = pool + slot * kRowBytes16 + sub * 16;
+      const unsigned char* src = pool + slot * kRowBytes16 + load_sub * 16;
 #pragma unroll
       for (int k = 0; k < kChunksPerRow / 8; ++k) {
-        cp_async_16(dst + swizzled(T, load_tok, sub + 8 * k), src + 128 * k, valid);
+        cp_async_16(dst + swizzled(T, load_tok, load_sub + 8 * k), src + 128 * k, valid);
       }
     }
   };
@@ -966,7 +975,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     const unsigned char* raw = stage_s + (tile % C::kStages) * C::kStageBytes;
 #pragma unroll
     for (int k = 0; k < (kHeadDim / 16 + 7) / 8; ++k) {
-      const int c = sub + 8 * k;
+      const int c = load_sub + 8 * k;
       if (c < kHeadDim / 16) {
         const uint4 bytes = *reinterpret_cast<const uint4*>(raw + fp8_chunk_offset<C::kWgmma>(load_tok, c));
         const u32 words[4] = {bytes.x, bytes.y, bytes.z, bytes.w};
