@@ -73,14 +73,22 @@ namespace helixmla_tc {
 #define HELIXMLA_TC_Q_REG_STEPS_FP8 16
 #endif
 
-// 16-row fp8 tiles: KV stages and blocks per SM (A/B runs as above). Two
-// stages leave room for a third block per SM (78 registers, no spills):
-// case 11 278 us against 291 with four stages and two blocks (session 7).
+// 16-row fp8 tiles: KV stages, blocks per SM, and whether each warp keeps
+// its Q fragments in registers (36 per thread) instead of reading them
+// with ldmatrix every tile (A/B runs as above). Session 7 chose two stages
+// and three blocks (78 registers): case 11 278 us against 291 with four
+// stages and two. By session 13 the loop was bound by the shared-memory
+// pipe (86% of cycles issued a wavefront; a quarter of them Q's
+// fragments), and Q in registers (128 registers, so two blocks) took case
+// 11 213.5 -> 209.3 us with four stages (two blocks without it: 220.1).
 #ifndef HELIXMLA_TC_M16_FP8_STAGES
-#define HELIXMLA_TC_M16_FP8_STAGES 2
+#define HELIXMLA_TC_M16_FP8_STAGES 4
 #endif
 #ifndef HELIXMLA_TC_M16_FP8_BLOCKS_PER_SM
-#define HELIXMLA_TC_M16_FP8_BLOCKS_PER_SM 3
+#define HELIXMLA_TC_M16_FP8_BLOCKS_PER_SM 2
+#endif
+#ifndef HELIXMLA_TC_M16_FP8_Q_IN_REGISTERS
+#define HELIXMLA_TC_M16_FP8_Q_IN_REGISTERS 1
 #endif
 
 // 16-bit wgmma: KV stages (A/B runs as above). Five fit beside Q's 16
@@ -998,6 +1006,35 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     return stage_s + (tile % C::kStages) * C::kStageBytes;
   };
 
+  // mma.sync's Q fragments: chunk 2 * kstep + x of Q sits in block kstep /
+  // 4 at in-block slot (2 * (kstep % 4) + x) ^ (row % 8): each thread keeps
+  // the slot offsets of the in-block steps its warp takes, the block offset
+  // is a constant.
+  constexpr int kQ = 4 / C::kWarpsK;
+  const int a_row = s_mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+  auto a_slot = [&](int q4) { return a_row * 128 + (((2 * q4 + (lane >> 4)) ^ (a_row & 7)) << 4); };
+  // fp8 (Q's columns reordered, see above): warp s_wk takes both k16 steps
+  // of the latent's 32-column pairs [kPairs s_wk, + kPairs) and rope steps
+  // kQ s_wk .. + kQ - 1. This warp's step i: pair i / 2's step i % 2, then
+  // the rope steps. Offsets differ between steps and pairs only in bits 4-6,
+  // so each is one base XOR a constant.
+  constexpr int kPairs = kLatent / 32 / C::kWarpsK;
+  auto fp8_q_at = [&](int i) -> const unsigned char* {
+    if (i < 2 * kPairs) {
+      const int pi = i >> 1;
+      const int a_first = (s_wk * kPairs / 2) * (M * 128) + a_slot(0);
+      return q_s + (pi >> 1) * (M * 128) + (a_first ^ ((2 * (pi & 1) + (i & 1)) << 5));
+    }
+    const int a_rope = (kLatent / 64) * (M * 128) + a_slot(s_wk * kQ);
+    return q_s + (a_rope ^ ((i - 2 * kPairs) << 5));
+  };
+  constexpr bool kQInRegisters = !C::kWgmma && KV == kKvFp8 && M == 16 && HELIXMLA_TC_M16_FP8_Q_IN_REGISTERS;
+  u32 q_reg[kQInRegisters ? 2 * kPairs + kQ : 1][4];
+  if constexpr (kQInRegisters) {
+#pragma unroll
+    for (int i = 0; i < 2 * kPairs + kQ; ++i) ldmatrix_x4(q_reg[i], fp8_q_at(i));
+  }
+
   for (int it = 0; it < n_tiles; ++it) {
     if constexpr (C::kWgmma) {
       // The tensor cores take S(it + 1) while this tile's softmax runs,
@@ -1053,27 +1090,18 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
         for (int i = 0; i < 4; ++i) s_acc[nt][i] = 0.0f;
-      // Chunk 2 * kstep + x of Q sits in block kstep / 4 at in-block slot
-      // (2 * (kstep % 4) + x) ^ (row % 8): each thread keeps the slot offsets
-      // of the in-block steps its warp takes, the block offset is a constant.
-      constexpr int kQ = 4 / C::kWarpsK;
-      const int a_row = s_mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-      auto a_slot = [&](int q4) { return a_row * 128 + (((2 * q4 + (lane >> 4)) ^ (a_row & 7)) << 4); };
       if constexpr (KV == kKvFp8) {
         // This thread's B fragments of a k16 step are K[token][k .. k + 3]
         // for tokens g and g + 8 of its half, four adjacent columns (Q's
         // columns were reordered to match), widened in registers. Warp s_wk
         // takes both steps of the latent's 32-column pairs [kPairs s_wk,
         // + kPairs), whose columns 8 c4 .. + 7 are one 8-byte load per token
-        // (16-byte loads of four steps took more registers than the
-        // three-blocks-per-SM kernel has), and steps kQ s_wk .. + kQ - 1 of
-        // the rope block, four bytes each.
-        constexpr int kPairs = kLatent / 32 / C::kWarpsK;
-        // Offsets differ between steps and pairs only in bits 4-6 (the slot
+        // (16-byte loads of four steps took more registers than the kernel
+        // had when it ran three blocks per SM), and steps kQ s_wk .. + kQ -
+        // 1 of the rope block, four bytes each. Offsets differ between steps and pairs only in bits 4-6 (the slot
         // within a 128-byte group), so each is one base XOR a constant.
         const int k_row = s_wn * 16 + g;  // rows k_row and k_row + 8 share their swizzle
         const int k_first = fp8_chunk_offset<false>(k_row, 2 * s_wk * kPairs + (c4 >> 1)) + 8 * (c4 & 1);
-        const int a_first = (s_wk * kPairs / 2) * (M * 128) + a_slot(0);
 #pragma unroll
         for (int pi = 0; pi < kPairs; ++pi) {
           // Pair s_wk kPairs + pi: chunks 2 pi and 2 pi + 1 on, four pairs to a group.
@@ -1082,8 +1110,9 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
           const uint2 hi = *reinterpret_cast<const uint2*>(kv + at + 8 * C::kFp8RowBytes);
 #pragma unroll
           for (int j = 0; j < 2; ++j) {  // k16 step 2 (pi % 2) + j of block pi / 2 on
-            u32 a[4], b[4];
-            ldmatrix_x4(a, q_s + (pi >> 1) * (M * 128) + (a_first ^ ((2 * (pi & 1) + j) << 5)));
+            u32 a_smem[4], b[4];
+            if constexpr (!kQInRegisters) ldmatrix_x4(a_smem, fp8_q_at(2 * pi + j));
+            const u32(&a)[4] = kQInRegisters ? q_reg[2 * pi + j] : a_smem;
             widen_fp8x4(j ? lo.y : lo.x, b[0], b[1]);
             widen_fp8x4(j ? hi.y : hi.x, b[2], b[3]);
             mma_16816<MMA>(s_acc[0], a, b[0], b[1]);
@@ -1091,12 +1120,12 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
           }
         }
         const int k_rope = fp8_chunk_offset<false>(k_row, kLatent / 16 + s_wk * kQ) + 4 * c4;
-        const int a_rope = (kLatent / 64) * (M * 128) + a_slot(s_wk * kQ);
 #pragma unroll
         for (int j = 0; j < kQ; ++j) {  // rope step s_wk kQ + j
           const int at = k_rope ^ (j << 4);
-          u32 a[4], b[4];
-          ldmatrix_x4(a, q_s + (a_rope ^ (j << 5)));
+          u32 a_smem[4], b[4];
+          if constexpr (!kQInRegisters) ldmatrix_x4(a_smem, fp8_q_at(2 * kPairs + j));
+          const u32(&a)[4] = kQInRegisters ? q_reg[2 * kPairs + j] : a_smem;
           widen_fp8x4(*reinterpret_cast<const u32*>(kv + at), b[0], b[1]);
           widen_fp8x4(*reinterpret_cast<const u32*>(kv + at + 8 * C::kFp8RowBytes), b[2], b[3]);
           mma_16816<MMA>(s_acc[0], a, b[0], b[1]);
