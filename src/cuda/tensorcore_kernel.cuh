@@ -50,8 +50,9 @@
 //   in registers straight into its B fragments: a widened copy in shared
 //   memory cost more shared-memory traffic than the 16-bit path has in all.
 //   Its fp8 rows are five aligned 128-byte groups with their own chunk
-//   swizzle (fp8_chunk_offset), and Q's columns are reordered so that one
-//   8-byte load of K feeds two k16 steps.
+//   swizzle (fp8_chunk_offset), Q's columns are reordered so that one
+//   8-byte load of K feeds two k16 steps, and the 16-row kernel keeps its
+//   Q fragments in registers.
 // - Epilogue: o / l (zero when l == 0), stats (m in natural-log units, l). A
 //   split writes float32 partials in split_combine's entry layout instead.
 #pragma once
@@ -1098,8 +1099,9 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
         // + kPairs), whose columns 8 c4 .. + 7 are one 8-byte load per token
         // (16-byte loads of four steps took more registers than the kernel
         // had when it ran three blocks per SM), and steps kQ s_wk .. + kQ -
-        // 1 of the rope block, four bytes each. Offsets differ between steps and pairs only in bits 4-6 (the slot
-        // within a 128-byte group), so each is one base XOR a constant.
+        // 1 of the rope block, four bytes each. Offsets differ between
+        // steps and pairs only in bits 4-6 (the slot within a 128-byte
+        // group), so each is one base XOR a constant.
         const int k_row = s_wn * 16 + g;  // rows k_row and k_row + 8 share their swizzle
         const int k_first = fp8_chunk_offset<false>(k_row, 2 * s_wk * kPairs + (c4 >> 1)) + 8 * (c4 & 1);
 #pragma unroll
