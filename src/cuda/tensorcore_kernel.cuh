@@ -1102,6 +1102,16 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
         // 1 of the rope block, four bytes each. Offsets differ between
         // steps and pairs only in bits 4-6 (the slot within a 128-byte
         // group), so each is one base XOR a constant.
+        // This warp's k16 step i with its B words for tokens g and g + 8.
+        auto s_step = [&](int i, u32 k_lo, u32 k_hi) {
+          u32 a_smem[4], b[4];
+          if constexpr (!kQInRegisters) ldmatrix_x4(a_smem, fp8_q_at(i));
+          const u32(&a)[4] = kQInRegisters ? q_reg[i] : a_smem;
+          widen_fp8x4(k_lo, b[0], b[1]);
+          widen_fp8x4(k_hi, b[2], b[3]);
+          mma_16816<MMA>(s_acc[0], a, b[0], b[1]);
+          mma_16816<MMA>(s_acc[1], a, b[2], b[3]);
+        };
         const int k_row = s_wn * 16 + g;  // rows k_row and k_row + 8 share their swizzle
         const int k_first = fp8_chunk_offset<false>(k_row, 2 * s_wk * kPairs + (c4 >> 1)) + 8 * (c4 & 1);
 #pragma unroll
@@ -1112,26 +1122,15 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
           const uint2 hi = *reinterpret_cast<const uint2*>(kv + at + 8 * C::kFp8RowBytes);
 #pragma unroll
           for (int j = 0; j < 2; ++j) {  // k16 step 2 (pi % 2) + j of block pi / 2 on
-            u32 a_smem[4], b[4];
-            if constexpr (!kQInRegisters) ldmatrix_x4(a_smem, fp8_q_at(2 * pi + j));
-            const u32(&a)[4] = kQInRegisters ? q_reg[2 * pi + j] : a_smem;
-            widen_fp8x4(j ? lo.y : lo.x, b[0], b[1]);
-            widen_fp8x4(j ? hi.y : hi.x, b[2], b[3]);
-            mma_16816<MMA>(s_acc[0], a, b[0], b[1]);
-            mma_16816<MMA>(s_acc[1], a, b[2], b[3]);
+            s_step(2 * pi + j, j ? lo.y : lo.x, j ? hi.y : hi.x);
           }
         }
         const int k_rope = fp8_chunk_offset<false>(k_row, kLatent / 16 + s_wk * kQ) + 4 * c4;
 #pragma unroll
         for (int j = 0; j < kQ; ++j) {  // rope step s_wk kQ + j
           const int at = k_rope ^ (j << 4);
-          u32 a_smem[4], b[4];
-          if constexpr (!kQInRegisters) ldmatrix_x4(a_smem, fp8_q_at(2 * kPairs + j));
-          const u32(&a)[4] = kQInRegisters ? q_reg[2 * kPairs + j] : a_smem;
-          widen_fp8x4(*reinterpret_cast<const u32*>(kv + at), b[0], b[1]);
-          widen_fp8x4(*reinterpret_cast<const u32*>(kv + at + 8 * C::kFp8RowBytes), b[2], b[3]);
-          mma_16816<MMA>(s_acc[0], a, b[0], b[1]);
-          mma_16816<MMA>(s_acc[1], a, b[2], b[3]);
+          s_step(2 * kPairs + j, *reinterpret_cast<const u32*>(kv + at),
+                 *reinterpret_cast<const u32*>(kv + at + 8 * C::kFp8RowBytes));
         }
       } else {
         // Warp s_wk takes k16 steps s_wk, s_wk + kWarpsK, ...: kstep % 4
