@@ -52,7 +52,7 @@
 //   Its fp8 rows are five aligned 128-byte groups with their own chunk
 //   swizzle (fp8_chunk_offset), Q's columns are reordered so that one
 //   8-byte load of K feeds two k16 steps, and the 16-row kernel keeps its
-//   Q fragments in registers.
+//   Q fragments in registers and takes two KV tiles per softmax step.
 // - Epilogue: o / l (zero when l == 0), stats (m in natural-log units, l). A
 //   split writes float32 partials in split_combine's entry layout instead.
 #pragma once
@@ -90,6 +90,16 @@ namespace helixmla_tc {
 #endif
 #ifndef HELIXMLA_TC_M16_FP8_Q_IN_REGISTERS
 #define HELIXMLA_TC_M16_FP8_Q_IN_REGISTERS 1
+#endif
+// 16-row fp8: 32-token KV tiles per loop step (A/B runs as above). Each
+// step costs three block barriers and a softmax round (vote, shuffles, P
+// written and read); two tiles a step halve that per token, with the copies
+// still issued a tile at a time and Q, kept in registers, staged in the
+// ring's stages the prologue leaves empty (two blocks per SM need its 18
+// KB). Case 11 209.8 -> 190.9 us (session 14); two S accumulation chains
+// per n8 tile, 2% on one-tile steps, added nothing on top.
+#ifndef HELIXMLA_TC_M16_FP8_TILES_PER_STEP
+#define HELIXMLA_TC_M16_FP8_TILES_PER_STEP 2
 #endif
 
 // 16-bit wgmma: KV stages (A/B runs as above). Five fit beside Q's 16
@@ -160,8 +170,15 @@ struct Config {
   static constexpr int kMTiles = M / 16;
   static constexpr int kWarpsK = kWgmma ? 2 : 4 / kMTiles;  // partial S sums per tile
   static constexpr int kKSteps = 36 / kWarpsK;  // k16 steps per warp (warpgroup) in S = Q K^T
+  // mma.sync: KV tiles per loop step (one softmax and its barriers).
+  static constexpr int kTilesPerStep =
+      !kWgmma && M == 16 && KV == kKvFp8 ? HELIXMLA_TC_M16_FP8_TILES_PER_STEP : 1;
+  static_assert(kTilesPerStep == 1 || kTilesPerStep == 2, "one or two tiles per step");
+  static constexpr int kStepTokens = kTilesPerStep * kTileTokens;
   static constexpr int kRowThreads = kThreads / M;                   // softmax threads per row
-  static constexpr int kRowTokens = kTileTokens / kRowThreads;       // tokens per softmax thread
+  static constexpr int kRowTokens = kStepTokens / kRowThreads;       // tokens per softmax thread
+  // 16-row fp8 mma.sync: each warp keeps its Q fragments in registers.
+  static constexpr bool kQInRegisters = !kWgmma && KV == kKvFp8 && M == 16 && HELIXMLA_TC_M16_FP8_Q_IN_REGISTERS;
   // wgmma: the first k16 steps of each warpgroup's S take Q from registers
   // (4 per step per thread): an m64n32k16 with both operands in shared
   // memory reads 3 KB per 16 tensor-core cycles, more than the 128 bytes a
@@ -177,7 +194,7 @@ struct Config {
       M == 16 ? (KV == kKvFp8 ? HELIXMLA_TC_M16_FP8_STAGES : 2)
               : (kWgmma && KV != kKvFp8 ? HELIXMLA_TC_WGMMA_16BIT_STAGES : (KV == kKvFp8 || M == 32 ? 4 : 3));
   static constexpr int kBlocksPerSm = M == 16 ? (KV == kKvFp8 ? HELIXMLA_TC_M16_FP8_BLOCKS_PER_SM : 2) : 1;
-  static constexpr int kSStride = kTileTokens + 8;  // floats; keeps S stores conflict-free
+  static constexpr int kSStride = kStepTokens + 8;  // floats; keeps S stores conflict-free
 
   static constexpr int kQBytes = M * (kRowBytes16 - kQRegBlocks * 128);
   static constexpr int kTileBytes16 = kTileTokens * kRowBytes16;
@@ -193,13 +210,18 @@ struct Config {
   static constexpr int kSwapBytes = kThreads * 16 * 4;
   static constexpr int kSBytes = kWgmma ? 2 * kSwapBytes : kWarpsK * M * kSStride * 4;
   // mma.sync's P tile; wgmma keeps P in registers.
-  static constexpr int kPBytes = kWgmma ? 0 : M * kTileTokens * 2;
-  static constexpr int kQOffset = 0;
-  static constexpr int kStageOffset = kQOffset + kQBytes;
+  static constexpr int kPBytes = kWgmma ? 0 : M * kStepTokens * 2;
+  // Q in registers after the prologue, with steps of several tiles: Q is
+  // staged in the last stages of the ring, which the prologue leaves empty
+  // and the first step's copies fill only past the loop's first barrier.
+  static constexpr bool kQInStages = kQInRegisters && kTilesPerStep > 1;
+  static constexpr int kQOffset = kQInStages ? (kStages - kTilesPerStep) * kStageBytes : 0;
+  static constexpr int kStageOffset = kQInStages ? 0 : kQBytes;
   // fp8 widened tiles (wgmma only: mma.sync widens into its fragments):
   // tiles it (P V), it + 1 (S) and it + 2 (being widened).
   static constexpr int kWideTiles = KV == kKvFp8 && kWgmma ? 3 : 0;
   static constexpr int kWideOffset = kStageOffset + kStages * kStageBytes;
+  static_assert(!kQInStages || kQBytes <= kTilesPerStep * kStageBytes, "Q's staging fits the empty stages");
   static constexpr int kSOffset = kWideOffset + kWideTiles * kTileBytes16;
   static constexpr int kPOffset = kSOffset + kSBytes;
   static constexpr int kRowInfoOffset = kPOffset + kPBytes;
@@ -254,8 +276,13 @@ __device__ __forceinline__ int fp8_chunk_offset(int r, int c) {
   }
 }
 
-// P tile: rows of 32 16-bit values (four chunks), swizzled for ldmatrix.
-__device__ __forceinline__ int p_offset(int r, int c) { return r * 64 + ((c ^ ((r >> 1) & 3)) << 4); }
+// P tile: rows of TOKENS 16-bit values, swizzled for ldmatrix.
+template <int TOKENS>
+__device__ __forceinline__ int p_offset(int r, int c) {
+  if constexpr (TOKENS == 32) return r * 64 + ((c ^ ((r >> 1) & 3)) << 4);
+  static_assert(TOKENS == 32 || TOKENS == 64, "P rows of 32 or 64 tokens");
+  return r * 128 + ((c ^ (r & 7)) << 4);
+}
 
 __device__ __forceinline__ u32 smem_addr(const void* p) {
   return static_cast<u32>(__cvta_generic_to_shared(p));
@@ -631,12 +658,19 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     }
   };
 
+  // Tiles are copied a whole step at a time: past the last tile, the rest
+  // of the last step is zero-filled (slot -1), so it multiplies finite zeros.
+  constexpr int kSub = C::kTilesPerStep;
+  const int n_copied = kSub == 1 ? n_tiles : (n_tiles + kSub - 1) / kSub * kSub;
+  constexpr int kAhead = C::kStages - kSub;  // tiles in the ring beyond the current step
 #pragma unroll
-  for (int s = 0; s < C::kStages - 1; ++s) {
-    if (s < n_tiles) load_tile(slot_of(s, lookup(s)), s);
+  for (int s = 0; s < kAhead; ++s) {
+    if (s < n_copied) load_tile(slot_of(s, lookup(s)), s);
     cp_async_commit();  // Q travels in the first group
   }
-  Entry next_entry = lookup(C::kStages - 1);
+  Entry next_entry[kSub];  // the next step's tiles, looked up a step ahead
+#pragma unroll
+  for (int s = 0; s < kSub; ++s) next_entry[s] = lookup(kAhead + s);
 
   // Softmax ownership: row srow, tokens [stok, stok + kRowTokens) of each tile.
   const int srow = tid / C::kRowThreads;
@@ -666,7 +700,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   // 2 c4 (+1) and +8.
   u32 q_frag[C::kQRegSteps > 0 ? C::kQRegSteps : 1][4];
   if constexpr (C::kQRegSteps > 0) {
-    cp_async_wait<C::kStages - 2>();  // Q travels in the first group
+    cp_async_wait<kAhead - 1>();  // Q travels in the first group
     __syncthreads();
     const int a_row = wg_warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
 #pragma unroll
@@ -689,7 +723,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   float scale_log2 = p.scale_log2;
   if constexpr (KV == kKvFp8 && (ELEM == kElemBf16 || !C::kWgmma)) {
     if constexpr (C::kQRegSteps == 0) {  // else Q's register columns waited for it above
-      cp_async_wait<C::kStages - 2>();  // Q travels in the first group
+      cp_async_wait<kAhead - 1>();  // Q travels in the first group
       __syncthreads();
     }
     float q_scale = 1.0f;
@@ -851,14 +885,20 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       s_acc[4 * q + 3] += other.w;
     }
   };
-  // Issues the copy of the tile kStages - 1 ahead of `it` (into the stage of
-  // tile it - 1, which no thread reads any more) and looks up the next slot.
+  // Issues the copies of the step kStages - kSub tiles ahead of step `it`
+  // (into the stages of step it - kSub, which no thread reads any more), a
+  // commit group per tile, and looks up the step after.
   auto load_ahead = [&](int it) {
-    const int next = it + C::kStages - 1;
-    if (next < n_tiles) load_tile(slot_of(next, next_entry), next % C::kStages);
-    cp_async_commit();
-    next_entry = lookup(next + 1);
+    auto issue = [&](int s) {
+      const int next = it + kAhead + s;
+      if (next < n_copied) load_tile(slot_of(next, next_entry[s]), next % C::kStages);
+      cp_async_commit();
+      next_entry[s] = lookup(next + kSub);
+    };
+    issue(0);
+    if constexpr (kSub == 2) issue(1);
   };
+
   // Online softmax of tile `it` on the whole S tile in registers, then
   // P V issued into this warpgroup's 256 output columns, not awaited.
   auto softmax_and_issue_pv = [&](const unsigned char* kv, int it) {
@@ -1029,14 +1069,14 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     const int a_rope = (kLatent / 64) * (M * 128) + a_slot(s_wk * kQ);
     return q_s + (a_rope ^ ((i - 2 * kPairs) << 5));
   };
-  constexpr bool kQInRegisters = !C::kWgmma && KV == kKvFp8 && M == 16 && HELIXMLA_TC_M16_FP8_Q_IN_REGISTERS;
+  constexpr bool kQInRegisters = C::kQInRegisters;
   u32 q_reg[kQInRegisters ? 2 * kPairs + kQ : 1][4];
   if constexpr (kQInRegisters) {
 #pragma unroll
     for (int i = 0; i < 2 * kPairs + kQ; ++i) ldmatrix_x4(q_reg[i], fp8_q_at(i));
   }
 
-  for (int it = 0; it < n_tiles; ++it) {
+  for (int it = 0; it < n_tiles; it += kSub) {
     if constexpr (C::kWgmma) {
       // The tensor cores take S(it + 1) while this tile's softmax runs,
       // then P V(it): S is issued as soon as the swap's barrier has shown
@@ -1079,89 +1119,99 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
         }
       }
     } else {
-      cp_async_wait<C::kStages - 2>();
+      cp_async_wait<C::kStages - 2 * kSub>();  // the step's tiles
       __syncthreads();
       load_ahead(it);
-      const unsigned char* kv = stage_s + (it % C::kStages) * C::kStageBytes;
+      // The stage of tile it + sub of this step.
+      const unsigned char* kv_step = stage_s + (it % C::kStages) * C::kStageBytes;
+      auto kv_of = [&](int sub) -> const unsigned char* {
+        return sub == 0 ? kv_step : stage_s + ((it + sub) % C::kStages) * C::kStageBytes;
+      };
       // S partial sums of this warp into s_buf[s_wk]
       float* s_buf = reinterpret_cast<float*>(smem + C::kSOffset);
       unsigned char* p_s = smem + C::kPOffset;
-      float s_acc[2][4];
+      // S of tile it + sub into columns 32 sub on of the partial sums.
+      auto s_tile = [&](int sub) {
+        const unsigned char* kv = kv_of(sub);
+        float s_acc[2][4];
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
+        for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) s_acc[nt][i] = 0.0f;
-      if constexpr (KV == kKvFp8) {
-        // This thread's B fragments of a k16 step are K[token][k .. k + 3]
-        // for tokens g and g + 8 of its half, four adjacent columns (Q's
-        // columns were reordered to match), widened in registers. Warp s_wk
-        // takes both steps of the latent's 32-column pairs [kPairs s_wk,
-        // + kPairs), whose columns 8 c4 .. + 7 are one 8-byte load per token
-        // (16-byte loads of four steps took more registers than the kernel
-        // had when it ran three blocks per SM), and steps kQ s_wk .. + kQ -
-        // 1 of the rope block, four bytes each. Offsets differ between
-        // steps and pairs only in bits 4-6 (the slot within a 128-byte
-        // group), so each is one base XOR a constant.
-        // This warp's k16 step i with its B words for tokens g and g + 8.
-        auto s_step = [&](int i, u32 k_lo, u32 k_hi) {
-          u32 a_smem[4], b[4];
-          if constexpr (!kQInRegisters) ldmatrix_x4(a_smem, fp8_q_at(i));
-          const u32(&a)[4] = kQInRegisters ? q_reg[i] : a_smem;
-          widen_fp8x4(k_lo, b[0], b[1]);
-          widen_fp8x4(k_hi, b[2], b[3]);
-          mma_16816<MMA>(s_acc[0], a, b[0], b[1]);
-          mma_16816<MMA>(s_acc[1], a, b[2], b[3]);
-        };
-        const int k_row = s_wn * 16 + g;  // rows k_row and k_row + 8 share their swizzle
-        const int k_first = fp8_chunk_offset<false>(k_row, 2 * s_wk * kPairs + (c4 >> 1)) + 8 * (c4 & 1);
+          for (int i = 0; i < 4; ++i) s_acc[nt][i] = 0.0f;
+        if constexpr (KV == kKvFp8) {
+          // This thread's B fragments of a k16 step are K[token][k .. k + 3]
+          // for tokens g and g + 8 of its half, four adjacent columns (Q's
+          // columns were reordered to match), widened in registers. Warp s_wk
+          // takes both steps of the latent's 32-column pairs [kPairs s_wk,
+          // + kPairs), whose columns 8 c4 .. + 7 are one 8-byte load per token
+          // (16-byte loads of four steps took more registers than the kernel
+          // had when it ran three blocks per SM), and steps kQ s_wk .. + kQ -
+          // 1 of the rope block, four bytes each. Offsets differ between
+          // steps and pairs only in bits 4-6 (the slot within a 128-byte
+          // group), so each is one base XOR a constant.
+          // This warp's k16 step i with its B words for tokens g and g + 8.
+          auto s_step = [&](int i, u32 k_lo, u32 k_hi) {
+            u32 a_smem[4], b[4];
+            if constexpr (!kQInRegisters) ldmatrix_x4(a_smem, fp8_q_at(i));
+            const u32(&a)[4] = kQInRegisters ? q_reg[i] : a_smem;
+            widen_fp8x4(k_lo, b[0], b[1]);
+            widen_fp8x4(k_hi, b[2], b[3]);
+            mma_16816<MMA>(s_acc[0], a, b[0], b[1]);
+            mma_16816<MMA>(s_acc[1], a, b[2], b[3]);
+          };
+          const int k_row = s_wn * 16 + g;  // rows k_row and k_row + 8 share their swizzle
+          const int k_first = fp8_chunk_offset<false>(k_row, 2 * s_wk * kPairs + (c4 >> 1)) + 8 * (c4 & 1);
 #pragma unroll
-        for (int pi = 0; pi < kPairs; ++pi) {
-          // Pair s_wk kPairs + pi: chunks 2 pi and 2 pi + 1 on, four pairs to a group.
-          const int at = (k_first ^ ((pi & 3) << 5)) + (pi >> 2) * 128;
-          const uint2 lo = *reinterpret_cast<const uint2*>(kv + at);
-          const uint2 hi = *reinterpret_cast<const uint2*>(kv + at + 8 * C::kFp8RowBytes);
+          for (int pi = 0; pi < kPairs; ++pi) {
+            // Pair s_wk kPairs + pi: chunks 2 pi and 2 pi + 1 on, four pairs to a group.
+            const int at = (k_first ^ ((pi & 3) << 5)) + (pi >> 2) * 128;
+            const uint2 lo = *reinterpret_cast<const uint2*>(kv + at);
+            const uint2 hi = *reinterpret_cast<const uint2*>(kv + at + 8 * C::kFp8RowBytes);
 #pragma unroll
-          for (int j = 0; j < 2; ++j) {  // k16 step 2 (pi % 2) + j of block pi / 2 on
-            s_step(2 * pi + j, j ? lo.y : lo.x, j ? hi.y : hi.x);
+            for (int j = 0; j < 2; ++j) {  // k16 step 2 (pi % 2) + j of block pi / 2 on
+              s_step(2 * pi + j, j ? lo.y : lo.x, j ? hi.y : hi.x);
+            }
+          }
+          const int k_rope = fp8_chunk_offset<false>(k_row, kLatent / 16 + s_wk * kQ) + 4 * c4;
+#pragma unroll
+          for (int j = 0; j < kQ; ++j) {  // rope step s_wk kQ + j
+            const int at = k_rope ^ (j << 4);
+            s_step(2 * kPairs + j, *reinterpret_cast<const u32*>(kv + at),
+                   *reinterpret_cast<const u32*>(kv + at + 8 * C::kFp8RowBytes));
+          }
+        } else {
+          // Warp s_wk takes k16 steps s_wk, s_wk + kWarpsK, ...: kstep % 4
+          // cycles through kQ values.
+          const int b_tok = s_wn * 16 + (lane & 7) + (lane >> 4) * 8;
+          int a_off[kQ], b_off[kQ];
+#pragma unroll
+          for (int j = 0; j < kQ; ++j) {
+            const int q4 = s_wk + C::kWarpsK * j;
+            a_off[j] = a_slot(q4);
+            b_off[j] = b_tok * 128 + (((2 * q4 + ((lane >> 3) & 1)) ^ (b_tok & 7)) << 4);
+          }
+#pragma unroll
+          for (int i = 0; i < C::kKSteps; ++i) {
+            const int block = i / kQ;
+            u32 a[4], b[4];
+            ldmatrix_x4(a, q_s + block * (M * 128) + a_off[i % kQ]);
+            ldmatrix_x4(b, kv + block * (T * 128) + b_off[i % kQ]);
+            mma_16816<MMA>(s_acc[0], a, b[0], b[1]);
+            mma_16816<MMA>(s_acc[1], a, b[2], b[3]);
           }
         }
-        const int k_rope = fp8_chunk_offset<false>(k_row, kLatent / 16 + s_wk * kQ) + 4 * c4;
+        float* sb = s_buf + s_wk * M * C::kSStride + sub * T;
 #pragma unroll
-        for (int j = 0; j < kQ; ++j) {  // rope step s_wk kQ + j
-          const int at = k_rope ^ (j << 4);
-          s_step(2 * kPairs + j, *reinterpret_cast<const u32*>(kv + at),
-                 *reinterpret_cast<const u32*>(kv + at + 8 * C::kFp8RowBytes));
+        for (int nt = 0; nt < 2; ++nt) {
+          const int col = s_wn * 16 + nt * 8 + 2 * c4;
+          const int r = s_mt * 16 + g;
+          *reinterpret_cast<float2*>(sb + r * C::kSStride + col) = make_float2(s_acc[nt][0], s_acc[nt][1]);
+          *reinterpret_cast<float2*>(sb + (r + 8) * C::kSStride + col) =
+              make_float2(s_acc[nt][2], s_acc[nt][3]);
         }
-      } else {
-        // Warp s_wk takes k16 steps s_wk, s_wk + kWarpsK, ...: kstep % 4
-        // cycles through kQ values.
-        const int b_tok = s_wn * 16 + (lane & 7) + (lane >> 4) * 8;
-        int a_off[kQ], b_off[kQ];
-#pragma unroll
-        for (int j = 0; j < kQ; ++j) {
-          const int q4 = s_wk + C::kWarpsK * j;
-          a_off[j] = a_slot(q4);
-          b_off[j] = b_tok * 128 + (((2 * q4 + ((lane >> 3) & 1)) ^ (b_tok & 7)) << 4);
-        }
-#pragma unroll
-        for (int i = 0; i < C::kKSteps; ++i) {
-          const int block = i / kQ;
-          u32 a[4], b[4];
-          ldmatrix_x4(a, q_s + block * (M * 128) + a_off[i % kQ]);
-          ldmatrix_x4(b, kv + block * (T * 128) + b_off[i % kQ]);
-          mma_16816<MMA>(s_acc[0], a, b[0], b[1]);
-          mma_16816<MMA>(s_acc[1], a, b[2], b[3]);
-        }
-      }
-      float* sb = s_buf + s_wk * M * C::kSStride;
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        const int col = s_wn * 16 + nt * 8 + 2 * c4;
-        const int r = s_mt * 16 + g;
-        *reinterpret_cast<float2*>(sb + r * C::kSStride + col) = make_float2(s_acc[nt][0], s_acc[nt][1]);
-        *reinterpret_cast<float2*>(sb + (r + 8) * C::kSStride + col) =
-            make_float2(s_acc[nt][2], s_acc[nt][3]);
-      }
+      };
+      s_tile(0);
+      if constexpr (kSub == 2) s_tile(1);
       __syncthreads();
 
       {  // online softmax for (srow, stok..): P and the row's rescale factor
@@ -1169,11 +1219,30 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
         const int bound = bound_s[srow];
         float v[C::kRowTokens];
         float tile_max = neg_inf();
+        // Two tiles a step: a thread's four tokens are one 16-byte load per
+        // partial sum, and a row's sixteen threads read its 256 bytes in two
+        // wavefronts, where four-byte loads hit each bank four times. (The
+        // 32-row kernels, also four tokens a thread, keep the loads they were
+        // measured with.)
+        constexpr bool kQuadReads = C::kTilesPerStep == 2;
+        float4 quad[kQuadReads ? C::kWarpsK : 1];
+        if constexpr (kQuadReads) {
+#pragma unroll
+          for (int k = 0; k < C::kWarpsK; ++k) {
+            quad[k] = *reinterpret_cast<const float4*>(s_buf + (k * M + srow) * C::kSStride + stok);
+          }
+        }
 #pragma unroll
         for (int i = 0; i < C::kRowTokens; ++i) {
           float s = 0.0f;
 #pragma unroll
-          for (int k = 0; k < C::kWarpsK; ++k) s += s_buf[(k * M + srow) * C::kSStride + stok + i];
+          for (int k = 0; k < C::kWarpsK; ++k) {
+            if constexpr (kQuadReads) {
+              s += i == 0 ? quad[k].x : i == 1 ? quad[k].y : i == 2 ? quad[k].z : quad[k].w;
+            } else {
+              s += s_buf[(k * M + srow) * C::kSStride + stok + i];
+            }
+          }
           v[i] = start + stok + i < bound ? s * scale_log2 : neg_inf();
           tile_max = fmaxf(tile_max, v[i]);
         }
@@ -1202,7 +1271,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
         u32 packed[C::kRowTokens / 2];
 #pragma unroll
         for (int i = 0; i < C::kRowTokens / 2; ++i) packed[i] = pack2<MMA>(v[2 * i], v[2 * i + 1]);
-        unsigned char* dst = p_s + p_offset(srow, stok >> 3) + (stok & 7) * 2;
+        unsigned char* dst = p_s + p_offset<C::kStepTokens>(srow, stok >> 3) + (stok & 7) * 2;
         if constexpr (C::kRowTokens == 2) {
           *reinterpret_cast<u32*>(dst) = packed[0];
         } else if constexpr (C::kRowTokens == 4) {
@@ -1221,9 +1290,11 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       // P rows as mma A fragments: lanes address rows (lane & 7) + 8 ((lane >> 3) & 1)
       // and 16-byte chunk 2 kk + (lane >> 4) of their 16-row block.
       const int pa_row = (lane & 7) + ((lane >> 3) & 1) * 8;
-      int p_off[T / 16];
+      int p_off[C::kStepTokens / 16];
 #pragma unroll
-      for (int kk = 0; kk < T / 16; ++kk) p_off[kk] = p_offset(pa_row, kk * 2 + (lane >> 4));
+      for (int kk = 0; kk < C::kStepTokens / 16; ++kk) {
+        p_off[kk] = p_offset<C::kStepTokens>(pa_row, kk * 2 + (lane >> 4));
+      }
 
       // O[:, 64 warp .. +64] = alpha * O + P V
       // Block-uniform skip: one shared word says whether any row moved in
@@ -1252,10 +1323,12 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
         v_off[np] = warp * (T * 128) + v_tok * 128 + (((np * 2 + (lane >> 4)) ^ (v_tok & 7)) << 4);
       }
 #pragma unroll
-      for (int kk = 0; kk < T / 16; ++kk) {
+      for (int step_kk = 0; step_kk < C::kStepTokens / 16; ++step_kk) {
+        const unsigned char* kv = kv_of(step_kk / (T / 16));
+        const int kk = step_kk % (T / 16);  // k16 step within that tile
         u32 pa[MT][4];
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) ldmatrix_x4(pa[mt], p_s + mt * 16 * 64 + p_off[kk]);
+        for (int mt = 0; mt < MT; ++mt) ldmatrix_x4(pa[mt], p_s + mt * 16 * (2 * C::kStepTokens) + p_off[step_kk]);
         if constexpr (KV == kKvFp8) {
           // A B fragment needs V[token][column] for tokens 2 c4 (+1) and
           // 2 c4 + 8 (+1) of the step at column g of its n8 tile: bytes of
