@@ -28,16 +28,20 @@ constexpr int kColumnsPerBlock = 32 * 4;
 constexpr int kWideLanes = 16;
 constexpr int kWideFromSplits = 16;
 
+// The segment holding `row`, searched by a whole warp (every lane with the
+// same row): each round the lanes probe 32 evenly spaced segments, so 128
+// segments (suite case 11) take two dependent loads, not seven.
 __device__ int find_segment(const SplitSegment* segments, int count, std::int64_t row) {
-  int lo = 0;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  int lo = 0;  // segments[lo].first_partial_row <= row throughout
   int hi = count - 1;
   while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (segments[mid].first_partial_row <= row) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
+    const int step = (hi - lo + 32) / 32;
+    const int probe = lo + lane * step;
+    const bool at_or_before = probe <= hi && segments[probe].first_partial_row <= row;
+    const unsigned found = __ballot_sync(0xffffffffu, at_or_before);  // lane 0 (lo) always
+    lo += (31 - __clz(found)) * step;
+    hi = min(hi, lo + step - 1);
   }
   return lo;
 }
@@ -97,10 +101,11 @@ struct RowSplits {
     inv_l = empty() ? 0.0f : 1.0f / total.l;
   }
   __device__ bool empty() const { return !(total.l > 0.0f); }
-  __device__ float weight(int s) const {
-    const float2 ml = stats[s];
+  // Weight in the output of a split with statistics ml.
+  __device__ float weight_of(float2 ml) const {
     return contributes(ml.x, ml.y) ? ml.y * __expf(ml.x - total.m) * inv_l : 0.0f;
   }
+  __device__ float weight(int s) const { return weight_of(stats[s]); }
   __device__ void write_stats(const SplitCombineArgs& args) const {
     if (args.stats == nullptr) return;
     args.stats[out_row * 2] = empty() ? -INFINITY : total.m;
@@ -141,24 +146,60 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock) split_combine_rows_kernel(
   if (row >= args.total_rows) return;
   const int lane = threadIdx.x % 32;
   RowSplits r(args, row);
-  MaxSum lane_total;
-  for (int s = lane; s < r.splits; s += 32) lane_total.add(r.stats[s].x, r.stats[s].y);
-  r.set_total(warp_merge(lane_total));
   const int rank = args.kv_lora_rank;
   Out* out = static_cast<Out*>(args.out) + r.out_row * rank;
   const float* partial = args.partial_out + r.first * rank;
-  if (rank % 4 == 0) {
-    // 512 columns per pass: four float4 per lane.
-    for (int d0 = 0; d0 < rank; d0 += 4 * kColumnsPerBlock) {
+  // The first two splits' partials are loaded before the statistics are
+  // merged: neither depends on the other, so the row costs one round trip
+  // to memory after its segment, not a statistics trip and then a
+  // partials trip. The weights of the first 32 splits come from their
+  // lanes (this shape is picked for rows of a few splits; it still merges
+  // any number correctly).
+  constexpr int kPass = 4 * kColumnsPerBlock;  // columns per pass: four float4 per lane
+  auto load_split = [&](int s, int d0, float4 (&v)[4]) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int d = d0 + j * kColumnsPerBlock + lane * 4;
+      v[j] = d < rank ? *reinterpret_cast<const float4*>(partial + std::int64_t{s} * rank + d)
+                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+  };
+  float4 even[4], odd[4];  // splits s and s + 1 of the pass
+  const bool vector = rank % 4 == 0;
+  if (vector && r.splits > 0) {
+    load_split(0, 0, even);
+    if (r.splits > 1) load_split(1, 0, odd);
+  }
+  const float2 own = lane < r.splits ? r.stats[lane] : make_float2(-INFINITY, 0.0f);
+  MaxSum lane_total;
+  lane_total.add(own.x, own.y);
+  for (int s = lane + 32; s < r.splits; s += 32) lane_total.add(r.stats[s].x, r.stats[s].y);
+  r.set_total(warp_merge(lane_total));
+  const float own_weight = r.weight_of(own);
+  auto weight = [&](int s) {  // s is the same in every lane
+    const float from_lane = __shfl_sync(0xffffffffu, own_weight, s % 32);
+    return s < 32 ? from_lane : r.weight(s);
+  };
+  if (vector) {
+    for (int d0 = 0; d0 < rank; d0 += kPass) {
+      if (d0 > 0 && r.splits > 0) {
+        load_split(0, d0, even);
+        if (r.splits > 1) load_split(1, d0, odd);
+      }
       float4 acc[4];
 #pragma unroll
       for (int j = 0; j < 4; ++j) acc[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      for (int s = 0; s < r.splits && !r.empty(); ++s) {
-        const float w = r.weight(s);
+      // Two splits a round, the next two loaded as soon as these are added.
+      for (int s = 0; s < r.splits; s += 2) {
+        const float w_even = weight(s);
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int d = d0 + j * kColumnsPerBlock + lane * 4;
-          if (d < rank) add_weighted(acc[j], w, *reinterpret_cast<const float4*>(partial + std::int64_t{s} * rank + d));
+        for (int j = 0; j < 4; ++j) add_weighted(acc[j], w_even, even[j]);
+        if (s + 2 < r.splits) load_split(s + 2, d0, even);
+        if (s + 1 < r.splits) {
+          const float w_odd = weight(s + 1);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) add_weighted(acc[j], w_odd, odd[j]);
+          if (s + 3 < r.splits) load_split(s + 3, d0, odd);
         }
       }
 #pragma unroll
