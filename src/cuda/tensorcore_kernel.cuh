@@ -194,6 +194,7 @@ struct Config {
       M == 16 ? (KV == kKvFp8 ? HELIXMLA_TC_M16_FP8_STAGES : 2)
               : (kWgmma && KV != kKvFp8 ? HELIXMLA_TC_WGMMA_16BIT_STAGES : (KV == kKvFp8 || M == 32 ? 4 : 3));
   static constexpr int kBlocksPerSm = M == 16 ? (KV == kKvFp8 ? HELIXMLA_TC_M16_FP8_BLOCKS_PER_SM : 2) : 1;
+  static_assert(kStages >= 2 * kTilesPerStep, "the ring holds a step's tiles and the next step's copies");
   static constexpr int kSStride = kStepTokens + 8;  // floats; keeps S stores conflict-free
 
   static constexpr int kQBytes = M * (kRowBytes16 - kQRegBlocks * 128);
