@@ -662,6 +662,8 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   // Tiles are copied a whole step at a time: past the last tile, the rest
   // of the last step is zero-filled (slot -1), so it multiplies finite zeros.
   constexpr int kSub = C::kTilesPerStep;
+  // (One-tile steps spell out n_tiles: the rounding, though it folds to
+  // the same value, changed the 16-bit mma.sync kernels' machine code.)
   const int n_copied = kSub == 1 ? n_tiles : (n_tiles + kSub - 1) / kSub * kSub;
   constexpr int kAhead = C::kStages - kSub;  // tiles in the ring beyond the current step
 #pragma unroll
