@@ -101,6 +101,11 @@ namespace helixmla_tc {
 #ifndef HELIXMLA_TC_M16_FP8_TILES_PER_STEP
 #define HELIXMLA_TC_M16_FP8_TILES_PER_STEP 2
 #endif
+// The same for 32-row fp8 tiles (17-32 rows with fp8 KV), not yet timed:
+// that kernel reached 37.8% of copy at batch 128 (session 14's probe).
+#ifndef HELIXMLA_TC_M32_FP8_TILES_PER_STEP
+#define HELIXMLA_TC_M32_FP8_TILES_PER_STEP 1
+#endif
 
 // 16-bit wgmma: KV stages (A/B runs as above). Five fit beside Q's 16
 // register steps, but four measured as fast or faster on every 64-row case
@@ -172,7 +177,9 @@ struct Config {
   static constexpr int kKSteps = 36 / kWarpsK;  // k16 steps per warp (warpgroup) in S = Q K^T
   // mma.sync: KV tiles per loop step (one softmax and its barriers).
   static constexpr int kTilesPerStep =
-      !kWgmma && M == 16 && KV == kKvFp8 ? HELIXMLA_TC_M16_FP8_TILES_PER_STEP : 1;
+      kWgmma || KV != kKvFp8 ? 1
+                             : (M == 16 ? HELIXMLA_TC_M16_FP8_TILES_PER_STEP
+                                        : (M == 32 ? HELIXMLA_TC_M32_FP8_TILES_PER_STEP : 1));
   static_assert(kTilesPerStep == 1 || kTilesPerStep == 2, "one or two tiles per step");
   static constexpr int kStepTokens = kTilesPerStep * kTileTokens;
   static constexpr int kRowThreads = kThreads / M;                   // softmax threads per row
@@ -1222,18 +1229,22 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
         const int bound = bound_s[srow];
         float v[C::kRowTokens];
         float tile_max = neg_inf();
-        // Two tiles a step: a thread's four tokens are one 16-byte load per
-        // partial sum, and a row's sixteen threads read its 256 bytes in two
-        // wavefronts, where four-byte loads hit each bank four times. (The
-        // 32-row kernels, also four tokens a thread, keep the loads they were
-        // measured with.)
+        // Two tiles a step: a thread's tokens are 16-byte loads of each
+        // partial sum (four tokens a thread: a row's sixteen threads read its
+        // 256 bytes in two wavefronts, where four-byte loads hit each bank
+        // four times). One-tile steps, four tokens a thread on 32 rows too,
+        // keep the loads they were measured with.
         constexpr bool kQuadReads = C::kTilesPerStep == 2;
-        float4 quad[kQuadReads ? C::kWarpsK : 1];
+        constexpr int kQuads = C::kRowTokens / 4;  // per partial sum
+        float4 quad[kQuadReads ? C::kWarpsK * kQuads : 1];
         if constexpr (kQuadReads) {
 #pragma unroll
-          for (int k = 0; k < C::kWarpsK; ++k) {
-            quad[k] = *reinterpret_cast<const float4*>(s_buf + (k * M + srow) * C::kSStride + stok);
-          }
+          for (int k = 0; k < C::kWarpsK; ++k)
+#pragma unroll
+            for (int j = 0; j < kQuads; ++j) {
+              quad[k * kQuads + j] =
+                  *reinterpret_cast<const float4*>(s_buf + (k * M + srow) * C::kSStride + stok + 4 * j);
+            }
         }
 #pragma unroll
         for (int i = 0; i < C::kRowTokens; ++i) {
@@ -1241,7 +1252,8 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
 #pragma unroll
           for (int k = 0; k < C::kWarpsK; ++k) {
             if constexpr (kQuadReads) {
-              s += i == 0 ? quad[k].x : i == 1 ? quad[k].y : i == 2 ? quad[k].z : quad[k].w;
+              const float4& q4 = quad[k * kQuads + i / 4];
+              s += i % 4 == 0 ? q4.x : i % 4 == 1 ? q4.y : i % 4 == 2 ? q4.z : q4.w;
             } else {
               s += s_buf[(k * M + srow) * C::kSStride + stok + i];
             }
