@@ -287,8 +287,8 @@ __device__ __forceinline__ int fp8_chunk_offset(int r, int c) {
 // P tile: rows of TOKENS 16-bit values, swizzled for ldmatrix.
 template <int TOKENS>
 __device__ __forceinline__ int p_offset(int r, int c) {
-  if constexpr (TOKENS == 32) return r * 64 + ((c ^ ((r >> 1) & 3)) << 4);
   static_assert(TOKENS == 32 || TOKENS == 64, "P rows of 32 or 64 tokens");
+  if constexpr (TOKENS == 32) return r * 64 + ((c ^ ((r >> 1) & 3)) << 4);
   return r * 128 + ((c ^ (r & 7)) << 4);
 }
 
@@ -1133,9 +1133,8 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       __syncthreads();
       load_ahead(it);
       // The stage of tile it + sub of this step.
-      const unsigned char* kv_step = stage_s + (it % C::kStages) * C::kStageBytes;
       auto kv_of = [&](int sub) -> const unsigned char* {
-        return sub == 0 ? kv_step : stage_s + ((it + sub) % C::kStages) * C::kStageBytes;
+        return stage_s + ((it + sub) % C::kStages) * C::kStageBytes;
       };
       // S partial sums of this warp into s_buf[s_wk]
       float* s_buf = reinterpret_cast<float*>(smem + C::kSOffset);
