@@ -130,7 +130,8 @@ void BM_TensorcorePlan(benchmark::State& state) {
   spec.allocate_tensors = false;
   testing::SyntheticBatch batch(spec);
   const Problem problem = batch.problem();
-  const std::int32_t rows = cuda::tensorcore_row_tile(spec.heads, 1);
+  const std::int32_t rows =
+      cuda::tensorcore_row_tile(spec.heads, 1, spec.kv_dtype, batch_bucket_of(problem.num_requests()));
   const std::int32_t slots = rows == 16 ? 264 : 132;
   for (auto _ : state) benchmark::DoNotOptimize(cuda::plan_tensorcore(problem, rows, slots).workspace_bytes);
 }

@@ -104,7 +104,7 @@ std::int32_t parallel_blocks(const Problem& phase, const TensorcoreVariant& vari
 TensorcoreVariant tensorcore_variant_of(const Problem& phase) {
   TensorcoreVariant v;
   const std::int32_t q_len = phase.num_contexts > 0 ? 0 : phase.q_len.front();
-  v.rows = tensorcore_row_tile(phase.num_heads, q_len);
+  v.rows = tensorcore_row_tile(phase.num_heads, q_len, phase.kv.dtype, batch_bucket_of(phase.num_requests()));
   v.page_size = phase.kv.page_size;
   v.q_dtype = phase.q_dtype;
   v.kv_dtype = phase.kv.dtype;

@@ -55,18 +55,22 @@ std::string TensorcoreVariant::name() const {
          (wgmma ? "_wgmma" : "");
 }
 
-std::int32_t tensorcore_row_tile(std::int32_t heads, std::int32_t q_len) {
+std::int32_t tensorcore_row_tile(std::int32_t heads, std::int32_t q_len, DType kv_dtype,
+                                 std::int32_t batch_bucket) {
   if (q_len <= 0) return 64;
   const std::int64_t rows = std::int64_t{heads} * q_len;
   for (std::int32_t tile : kTensorcoreRowTiles) {
-    if (rows <= tile) return tile;
+    if (rows > tile) continue;
+    const bool padded_wgmma = tile == 32 && kTensorcoreWgmmaFor64Rows && kv_dtype != DType::fp8_e4m3 &&
+                              batch_bucket >= kWgmmaFor32RowsFromBatch;
+    return padded_wgmma ? 64 : tile;
   }
   return 64;
 }
 
 TensorcoreVariant tensorcore_variant_for(const PhaseShape& shape) {
   TensorcoreVariant v;
-  v.rows = tensorcore_row_tile(shape.num_heads, shape.q_len);
+  v.rows = tensorcore_row_tile(shape.num_heads, shape.q_len, shape.kv_dtype, shape.batch_bucket);
   v.page_size = shape.page_size;
   v.q_dtype = shape.q_dtype;
   v.kv_dtype = shape.kv_dtype;

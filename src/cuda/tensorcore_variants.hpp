@@ -17,7 +17,8 @@ namespace helixmla::cuda {
 inline constexpr std::array<std::int32_t, 4> kTensorcorePrecompiledPages = {16, 32, 64, 128};
 inline constexpr std::array<std::int32_t, 3> kTensorcoreRowTiles = {16, 32, 64};
 // 64-row tiles run on wgmma (sm_90a warpgroup MMA); 16- and 32-row tiles,
-// which a 64-row wgmma would pad, run on mma.sync.
+// which a 64-row wgmma would pad, run on mma.sync (but see
+// kWgmmaFor32RowsFromBatch below).
 inline constexpr bool kTensorcoreWgmmaFor64Rows = true;
 
 struct TensorcoreVariant {
@@ -38,9 +39,20 @@ struct TensorcoreVariant {
   bool operator==(const TensorcoreVariant&) const = default;
 };
 
+// With 16-bit KV, tiles of 17-32 rows run padded in the 64-row wgmma kernel
+// from this batch bucket on: the 32-row mma.sync kernel reached 60-70% of
+// copy where the padded wgmma tile reached 71-87%, 16-18% faster at batches
+// of 32 and 128, 13% slower at 8 (its fixed cost is higher; bench/
+// RESULTS.md, session 14). fp8 KV keeps 32 rows (its 64-row kernel was 8%
+// slower at batch 128).
+inline constexpr std::int32_t kWgmmaFor32RowsFromBatch = 32;
+
 // Rows of a request's tile for H heads and `q_len` tokens (0 = varies: a
-// context phase), the smallest of 16/32/64 that holds H * q_len, else 64.
-std::int32_t tensorcore_row_tile(std::int32_t heads, std::int32_t q_len);
+// context phase): the smallest of 16/32/64 that holds H * q_len, else 64,
+// with 32 raised to 64 as above for `kv_dtype` and `batch_bucket` (the
+// phase's, as in PhaseShape).
+std::int32_t tensorcore_row_tile(std::int32_t heads, std::int32_t q_len, DType kv_dtype,
+                                 std::int32_t batch_bucket);
 
 TensorcoreVariant tensorcore_variant_for(const PhaseShape& shape);
 

@@ -40,6 +40,7 @@ struct RunInfo {
   int phases = 0;
   bool any_split = false;
   bool any_jit = false;
+  bool any_wgmma = false;
 };
 
 // Plans the phases of `device_problem`, requires the tensor-core backend to
@@ -57,9 +58,11 @@ std::vector<std::unique_ptr<PreparedRun>> prepare_all(const Problem& device_prob
       int sms = 0;
       check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "sm count");
       const cuda::TensorcoreVariant v = cuda::tensorcore_variant_for(phase.shape);
-      EXPECT_EQ(v.rows, cuda::tensorcore_row_tile(part.num_heads, q_len));
+      EXPECT_EQ(v.rows, cuda::tensorcore_row_tile(part.num_heads, q_len, part.kv.dtype,
+                                                  batch_bucket_of(part.num_requests())));
       const cuda::TensorcorePlan p = cuda::plan_tensorcore(part, v.rows, sms * v.blocks_per_sm());
       info->any_split = info->any_split || !p.segments.empty();
+      info->any_wgmma = info->any_wgmma || v.wgmma;
     }
     runs.push_back(backend->prepare(phase.problem, Workspace{}, stream));
   }
@@ -132,6 +135,23 @@ INSTANTIATE_TEST_SUITE_P(PagesAndKv, TensorcoreSweep,
                                             ::testing::Values(1, 16, 32, 64, 128)));
 
 // The KV scale dequantises every KV dtype, not only fp8.
+// 17-32 rows with 16-bit KV in a batch of kWgmmaFor32RowsFromBatch
+// requests or more run padded on the 64-row wgmma kernel; fp8 KV keeps
+// its 32-row kernel (bench/RESULTS.md, session 14).
+TEST(TensorcoreRowTile, ThirtyTwoRowsInBigBatchesRunPaddedOnWgmma) {
+  SKIP_WITHOUT_TENSORCORE();
+  for (const auto& [heads, q_len] : {std::pair{16, 2}, std::pair{24, 1}}) {
+    for (const DType kv : {DType::bf16, DType::fp8_e4m3}) {
+      BatchSpec spec = decode_spec(heads, q_len, 64, kv);
+      spec.generations = cuda::kWgmmaFor32RowsFromBatch;
+      spec.kv_len = {40, 301, 700, 129};  // cycled over the requests
+      SyntheticBatch host(spec);
+      const RunInfo info = expect_parity(host, label_of(spec));
+      EXPECT_EQ(info.any_wgmma, kv != DType::fp8_e4m3 && cuda::kTensorcoreWgmmaFor64Rows) << label_of(spec);
+    }
+  }
+}
+
 TEST(TensorcoreScale, SixteenBitKvScaleIsApplied) {
   SKIP_WITHOUT_TENSORCORE();
   for (std::int32_t heads : {16, 48, 128}) {

@@ -138,14 +138,37 @@ TEST(TensorcoreCatalog, ChecksNameWhatIsOutsideTheKernel) {
 }
 
 TEST(TensorcoreCatalog, RowTileFollowsRowsPerRequest) {
-  EXPECT_EQ(tensorcore_row_tile(1, 1), 16);
-  EXPECT_EQ(tensorcore_row_tile(16, 1), 16);
-  EXPECT_EQ(tensorcore_row_tile(24, 1), 32);
-  EXPECT_EQ(tensorcore_row_tile(16, 2), 32);
-  EXPECT_EQ(tensorcore_row_tile(48, 1), 64);
-  EXPECT_EQ(tensorcore_row_tile(128, 16), 64);
-  EXPECT_EQ(tensorcore_row_tile(8, 0), 64);
-  // Only 64-row tiles may use wgmma: a 16-row tile on it would pad to 64 rows.
+  for (const DType kv : {DType::bf16, DType::fp16, DType::fp8_e4m3}) {
+    for (const std::int32_t batch : {1, 16}) {
+      EXPECT_EQ(tensorcore_row_tile(1, 1, kv, batch), 16);
+      EXPECT_EQ(tensorcore_row_tile(16, 1, kv, batch), 16);
+      EXPECT_EQ(tensorcore_row_tile(24, 1, kv, batch), 32);
+      EXPECT_EQ(tensorcore_row_tile(16, 2, kv, batch), 32);
+      EXPECT_EQ(tensorcore_row_tile(48, 1, kv, batch), 64);
+      EXPECT_EQ(tensorcore_row_tile(128, 16, kv, batch), 64);
+      EXPECT_EQ(tensorcore_row_tile(8, 0, kv, batch), 64);
+    }
+  }
+}
+
+TEST(TensorcoreCatalog, ThirtyTwoRowsOfSixteenBitKvRunPaddedOnWgmmaInBigBatches) {
+  const std::int32_t big = kWgmmaFor32RowsFromBatch;
+  const std::int32_t padded = kTensorcoreWgmmaFor64Rows ? 64 : 32;
+  EXPECT_EQ(tensorcore_row_tile(16, 2, DType::bf16, big), padded);
+  EXPECT_EQ(tensorcore_row_tile(32, 1, DType::fp16, 4 * big), padded);
+  EXPECT_EQ(tensorcore_row_tile(32, 1, DType::bf16, big / 2), 32);
+  EXPECT_EQ(tensorcore_row_tile(16, 2, DType::fp8_e4m3, big), 32);
+  EXPECT_EQ(tensorcore_row_tile(16, 1, DType::bf16, big), 16);  // 16 rows stay on their own tile
+  PhaseShape s = decode_shape(32, 64);
+  s.batch_bucket = big;
+  const TensorcoreVariant v = tensorcore_variant_for(s);
+  EXPECT_EQ(v.rows, padded);
+  EXPECT_EQ(v.wgmma, kTensorcoreWgmmaFor64Rows);
+}
+
+TEST(TensorcoreCatalog, OnlySixtyFourRowTilesUseWgmma) {
+  // Only 64-row tiles use wgmma; 16 rows, and 32 in small batches, keep
+  // mma.sync (decode_shape's batch bucket is small).
   EXPECT_FALSE(tensorcore_variant_for(decode_shape(16, 64)).wgmma);
   EXPECT_FALSE(tensorcore_variant_for(decode_shape(24, 64)).wgmma);
   EXPECT_EQ(tensorcore_variant_for(decode_shape(64, 64)).wgmma, kTensorcoreWgmmaFor64Rows);
