@@ -40,12 +40,12 @@ struct TensorcoreVariant {
 };
 
 // With 16-bit KV, tiles of 17-32 rows run padded in the 64-row wgmma kernel
-// from this batch bucket on: the 32-row mma.sync kernel reached 60-70% of
-// copy where the padded wgmma tile reached 71-87%, 16-18% faster at batches
-// of 32 and 128, 13% slower at 8 (its fixed cost is higher; bench/
-// RESULTS.md, session 14). fp8 KV keeps 32 rows (its 64-row kernel was 8%
-// slower at batch 128).
-inline constexpr std::int32_t kWgmmaFor32RowsFromBatch = 32;
+// from this batch bucket on: the 32-row mma.sync kernel reached 55-70% of
+// copy where the padded wgmma tile reached 60-87%, 6% faster at a batch of
+// 16 and 12-18% at 32-128, 14% slower at 8 (its fixed cost is higher;
+// bench/RESULTS.md, sessions 14 and 15). fp8 KV keeps 32 rows (its 64-row
+// kernel was 8% slower at batch 128).
+inline constexpr std::int32_t kWgmmaFor32RowsFromBatch = 16;
 
 // Rows of a request's tile for H heads and `q_len` tokens (0 = varies: a
 // context phase): the smallest of 16/32/64 that holds H * q_len, else 64,
