@@ -139,7 +139,7 @@ TEST(TensorcoreCatalog, ChecksNameWhatIsOutsideTheKernel) {
 
 TEST(TensorcoreCatalog, RowTileFollowsRowsPerRequest) {
   for (const DType kv : {DType::bf16, DType::fp16, DType::fp8_e4m3}) {
-    for (const std::int32_t batch : {1, 16}) {
+    for (const std::int32_t batch : {1, kWgmmaFor32RowsFromBatch / 2}) {
       EXPECT_EQ(tensorcore_row_tile(1, 1, kv, batch), 16);
       EXPECT_EQ(tensorcore_row_tile(16, 1, kv, batch), 16);
       EXPECT_EQ(tensorcore_row_tile(24, 1, kv, batch), 32);
