@@ -107,6 +107,21 @@ namespace helixmla_tc {
 #ifndef HELIXMLA_TC_M32_FP8_TILES_PER_STEP
 #define HELIXMLA_TC_M32_FP8_TILES_PER_STEP 2
 #endif
+// 32-row fp8 tiles: KV stages and blocks per SM (A/B runs as above). One
+// block has only two warps per scheduler to hide the loop's latencies; two
+// blocks fit with three stages and one tile per step (127 registers, no
+// spills). Session 15, 16 heads x q_len 2 at 128, 32 and 8 requests: 344
+// -> 318 us (-7.5%), -1.4%, and +17% (50 -> 59 us): twice the block slots
+// make the plan split small batches twice as finely, and each split's
+// float32 partials (64 KB for 32 rows, about 3.5 fp8 KV tiles, written
+// and read again) cost more than the 2 tiles per item the plan counts.
+// Not the default until the plan prices partials by their size.
+#ifndef HELIXMLA_TC_M32_FP8_STAGES
+#define HELIXMLA_TC_M32_FP8_STAGES 4
+#endif
+#ifndef HELIXMLA_TC_M32_FP8_BLOCKS_PER_SM
+#define HELIXMLA_TC_M32_FP8_BLOCKS_PER_SM 1
+#endif
 
 // 16-bit wgmma: KV stages (A/B runs as above). Five fit beside Q's 16
 // register steps, but four measured as fast or faster on every 64-row case
@@ -199,9 +214,12 @@ struct Config {
   static_assert(kQRegSteps % 2 == 0 && kQRegSteps <= 36 / kWarpsK, "Q registers cover whole 64-column blocks");
   static constexpr int kQRegBlocks = kQRegSteps / 2;
   static constexpr int kStages =
-      M == 16 ? (KV == kKvFp8 ? HELIXMLA_TC_M16_FP8_STAGES : 2)
-              : (kWgmma && KV != kKvFp8 ? HELIXMLA_TC_WGMMA_16BIT_STAGES : (KV == kKvFp8 || M == 32 ? 4 : 3));
-  static constexpr int kBlocksPerSm = M == 16 ? (KV == kKvFp8 ? HELIXMLA_TC_M16_FP8_BLOCKS_PER_SM : 2) : 1;
+      M == 16   ? (KV == kKvFp8 ? HELIXMLA_TC_M16_FP8_STAGES : 2)
+      : M == 32 ? (KV == kKvFp8 ? HELIXMLA_TC_M32_FP8_STAGES : 4)
+                : (kWgmma && KV != kKvFp8 ? HELIXMLA_TC_WGMMA_16BIT_STAGES : (KV == kKvFp8 ? 4 : 3));
+  static constexpr int kBlocksPerSm = M == 16   ? (KV == kKvFp8 ? HELIXMLA_TC_M16_FP8_BLOCKS_PER_SM : 2)
+                                      : M == 32 ? (KV == kKvFp8 ? HELIXMLA_TC_M32_FP8_BLOCKS_PER_SM : 1)
+                                                : 1;
   static_assert(kStages >= 2 * kTilesPerStep, "the ring holds a step's tiles and the next step's copies");
   static constexpr int kSStride = kStepTokens + 8;  // floats; keeps S stores conflict-free
 

@@ -34,6 +34,12 @@ int smem_for(int kv) {
                                    : helixmla_tc::Config<M, helixmla_tc::kKvSameAsQ, ENGINE>::kSmemBytes;
 }
 
+template <int M>
+int blocks_for(int kv) {
+  return kv == helixmla_tc::kKvFp8 ? helixmla_tc::Config<M, helixmla_tc::kKvFp8>::kBlocksPerSm
+                                   : helixmla_tc::Config<M, helixmla_tc::kKvSameAsQ>::kBlocksPerSm;
+}
+
 }  // namespace
 
 int TensorcoreVariant::smem_bytes() const {
@@ -44,9 +50,9 @@ int TensorcoreVariant::smem_bytes() const {
 }
 
 int TensorcoreVariant::blocks_per_sm() const {
-  if (rows != 16) return 1;
-  return kv_kind() == helixmla_tc::kKvFp8 ? helixmla_tc::Config<16, helixmla_tc::kKvFp8>::kBlocksPerSm
-                                          : helixmla_tc::Config<16, helixmla_tc::kKvSameAsQ>::kBlocksPerSm;
+  if (rows == 16) return blocks_for<16>(kv_kind());
+  if (rows == 32) return blocks_for<32>(kv_kind());
+  return 1;
 }
 
 std::string TensorcoreVariant::name() const {
