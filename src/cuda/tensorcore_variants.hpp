@@ -41,10 +41,10 @@ struct TensorcoreVariant {
 
 // With 16-bit KV, tiles of 17-32 rows run padded in the 64-row wgmma kernel
 // from this batch bucket on: the 32-row mma.sync kernel reached 55-70% of
-// copy where the padded wgmma tile reached 60-87%, 6% faster at a batch of
-// 16 and 12-18% at 32-128, 14% slower at 8 (its fixed cost is higher;
-// bench/RESULTS.md, sessions 14 and 15). fp8 KV keeps 32 rows (its 64-row
-// kernel was 8% slower at batch 128).
+// copy at batches of 16-128 where the padded wgmma tile reached 59-87%, 6%
+// faster at a batch of 16 and 18-21% at 32 and 128, 14% slower at 8 (its
+// fixed cost is higher; bench/RESULTS.md, sessions 14 and 15). fp8 KV
+// keeps 32 rows (its 64-row kernel was 3-9% slower at 8-128 requests).
 inline constexpr std::int32_t kWgmmaFor32RowsFromBatch = 16;
 
 // Rows of a request's tile for H heads and `q_len` tokens (0 = varies: a
