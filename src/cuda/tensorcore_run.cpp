@@ -95,8 +95,18 @@ class TensorcoreRun final : public PreparedRun {
   RunMemory memory_;
 };
 
+// Block slots per SM the plan fills (A/B builds, CMake's HELIXMLA_TC_KNOBS):
+// 0 takes as many as the kernel fits. The plan counts every slot as equally
+// fast, so a kernel of two blocks per SM gets small batches split twice as
+// finely as one of one block, though a block alone on its SM runs faster;
+// 1 measures that kernel planned as if it held one (docs/NOTES.md).
+#ifndef HELIXMLA_TC_PLAN_SLOTS_PER_SM
+#define HELIXMLA_TC_PLAN_SLOTS_PER_SM 0
+#endif
+
 std::int32_t parallel_blocks(const Problem& phase, const TensorcoreVariant& variant) {
-  return device_sm_count(phase.location.device) * variant.blocks_per_sm();
+  const int slots = HELIXMLA_TC_PLAN_SLOTS_PER_SM > 0 ? HELIXMLA_TC_PLAN_SLOTS_PER_SM : variant.blocks_per_sm();
+  return device_sm_count(phase.location.device) * slots;
 }
 
 }  // namespace
