@@ -99,7 +99,9 @@ class TensorcoreRun final : public PreparedRun {
 // 0 takes as many as the kernel fits. The plan counts every slot as equally
 // fast, so a kernel of two blocks per SM gets small batches split twice as
 // finely as one of one block, though a block alone on its SM runs faster;
-// 1 measures that kernel planned as if it held one (docs/NOTES.md).
+// 1 measures that kernel planned as if it held one (session 15: for the
+// two-block 32-row fp8 build, no better than the one-block build at small
+// batches; bench/RESULTS.md).
 #ifndef HELIXMLA_TC_PLAN_SLOTS_PER_SM
 #define HELIXMLA_TC_PLAN_SLOTS_PER_SM 0
 #endif
