@@ -32,8 +32,15 @@ struct Cell {
   std::string kernel;
   bool jit = false;
   bool mixed = false;
+  std::int32_t generations = 1;  // requests of the generation part, as swept
   PhaseShape shape;
 };
+
+// Kernels may depend on the batch (the tensor-core backend picks its row
+// tile and its build by batch bucket), so the combinations are collected at
+// the space's generation count and again at this one; a combination found
+// at both keeps the first.
+constexpr std::int32_t kBigBatchGenerations = 128;
 
 const char* page_class(std::int32_t page) {
   if (page == 1) return "page1";
@@ -65,7 +72,7 @@ CellResult execute_cell(const Backend& backend, const Cell& cell, const SweepSpa
   spec.q_dtype = cell.shape.q_dtype;
   spec.kv_scale = testing::default_kv_scale(spec.kv_dtype);
   spec.page_size = cell.shape.page_size;
-  spec.generations = cell.shape.phase == PhaseKind::generation || cell.mixed ? space.generations : 0;
+  spec.generations = cell.shape.phase == PhaseKind::generation || cell.mixed ? cell.generations : 0;
   spec.q_len = cell.shape.phase == PhaseKind::generation ? cell.shape.q_len : 1;
   spec.kv_len = {std::min(3 * spec.page_size + 17, 900) + spec.q_len, 2 * spec.page_size + 5 + spec.q_len};
   spec.contexts = cell.mixed || cell.shape.phase == PhaseKind::context ? space.contexts : 0;
@@ -146,6 +153,7 @@ int execute_sweep(const std::vector<BackendPtr>& backends, SweepSpace space, dou
   space.device_tensors = true;
 
   std::map<std::string, Cell> cells;
+  std::int32_t generations = space.generations;  // of the pass below
   SweepHooks hooks;
   hooks.visit = [&](const SweepPoint& point) {
     if (!point.decision) return;
@@ -158,11 +166,16 @@ int execute_sweep(const std::vector<BackendPtr>& backends, SweepSpace space, dou
       if (cells.count(key)) continue;
       const bool jit = c.reason.find("JIT") != std::string::npos || c.reason.find("just in time") != std::string::npos ||
                        c.kernel.find("jit") != std::string::npos;
-      cells.emplace(key, Cell{key, c.backend, c.kernel, jit, point.mixed, point.shape});
+      cells.emplace(key, Cell{key, c.backend, c.kernel, jit, point.mixed, generations, point.shape});
     }
   };
   std::cerr << "sweep --execute: collecting the combinations the CUDA backends claim on " << to_string(env.arch) << "\n";
-  sweep(backends, space, hooks);
+  for (const std::int32_t pass : {space.generations, kBigBatchGenerations}) {
+    generations = pass;
+    SweepSpace at = space;
+    at.generations = pass;
+    sweep(backends, at, hooks);
+  }
 
   std::vector<const Cell*> order;
   for (const auto& [key, cell] : cells) order.push_back(&cell);
@@ -187,11 +200,11 @@ int execute_sweep(const std::vector<BackendPtr>& backends, SweepSpace space, dou
     ++executed;
     failed += r.pass ? 0 : 1;
     if (!json) {
-      std::cout << fmt::format("{:<4} {:>9.2e}  {}{}\n", r.pass ? "ok" : "FAIL", r.rel_l2, cell->key,
-                               r.error.empty() ? "" : "  error: " + r.error);
+      std::cout << fmt::format("{:<4} {:>9.2e}  {} ({} generations){}\n", r.pass ? "ok" : "FAIL", r.rel_l2,
+                               cell->key, cell->generations, r.error.empty() ? "" : "  error: " + r.error);
     }
-    rows.push_back({{"cell", cell->key}, {"shape", describe(cell->shape)}, {"pass", r.pass}, {"rel_l2", r.rel_l2},
-                    {"error", r.error}});
+    rows.push_back({{"cell", cell->key}, {"generations", cell->generations}, {"shape", describe(cell->shape)},
+                    {"pass", r.pass}, {"rel_l2", r.rel_l2}, {"error", r.error}});
     if (executed % 25 == 0) std::cerr << fmt::format("sweep --execute: {}/{} combinations\n", executed, order.size());
   }
   cudaStreamDestroy(stream);

@@ -60,9 +60,13 @@ class TensorcoreCatalog final : public KernelCatalog {
     std::vector<KernelVariant> list;
     for (std::int32_t rows : kTensorcoreRowTiles) {
       for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
-        for (std::int32_t page : kTensorcorePrecompiledPages) {
-          const TensorcoreVariant v{rows, page, DType::bf16, kv, rows == 64 && kTensorcoreWgmmaFor64Rows};
-          list.push_back({v.name(), true});
+        for (const bool two_blocks : {false, true}) {
+          if (two_blocks && !tensorcore_has_two_block_build(rows, kv)) continue;
+          for (std::int32_t page : kTensorcorePrecompiledPages) {
+            const TensorcoreVariant v{rows, page, DType::bf16, kv, rows == 64 && kTensorcoreWgmmaFor64Rows,
+                                      two_blocks};
+            list.push_back({v.name(), true});
+          }
         }
       }
     }
@@ -73,11 +77,14 @@ class TensorcoreCatalog final : public KernelCatalog {
                                              {DType::fp16, DType::fp8_e4m3}};
     for (std::int32_t rows : kTensorcoreRowTiles) {
       for (const auto& [q, kv] : pairs) {
-        const bool wgmma = rows == 64 && kTensorcoreWgmmaFor64Rows;
-        list.push_back({"tc_m" + std::to_string(rows) + "_p<any>_" + std::string(to_string(q)) +
-                            "_" + std::string(to_string(kv)) + (wgmma ? "_wgmma" : "") +
-                            " (just in time)",
-                        false});
+        for (const bool two_blocks : {false, true}) {
+          if (two_blocks && !tensorcore_has_two_block_build(rows, kv)) continue;
+          const bool wgmma = rows == 64 && kTensorcoreWgmmaFor64Rows;
+          list.push_back({"tc_m" + std::to_string(rows) + "_p<any>_" + std::string(to_string(q)) + "_" +
+                              std::string(to_string(kv)) + (wgmma ? "_wgmma" : "") +
+                              (two_blocks ? "_2blocks" : "") + " (just in time)",
+                          false});
+        }
       }
     }
     return list;

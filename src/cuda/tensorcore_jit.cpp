@@ -76,12 +76,12 @@ NvrtcProgram tensorcore_jit_program(const TensorcoreVariant& variant, const std:
   const std::string args = std::to_string(variant.rows) + ", " + std::to_string(variant.page_size) +
                            ", " + std::to_string(variant.elem_kind()) + ", " +
                            std::to_string(variant.kv_kind()) + ", " +
-                           std::to_string(variant.engine_kind());
+                           std::to_string(variant.engine_kind()) + ", " + std::to_string(variant.build_blocks());
   program.source = std::string(kTensorcoreKernelSource) +
                    "\nextern \"C\" __global__ void __launch_bounds__(helixmla_tc::kThreads, "
                    "helixmla_tc::Config<" + std::to_string(variant.rows) + ", " +
-                   std::to_string(variant.kv_kind()) + ", " + std::to_string(variant.engine_kind()) +
-                   ">::kBlocksPerSm)\n" + kTensorcoreJitEntry +
+                   std::to_string(variant.kv_kind()) + ", " + std::to_string(variant.engine_kind()) + ", " +
+                   std::to_string(variant.build_blocks()) + ">::kBlocksPerSm)\n" + kTensorcoreJitEntry +
                    "(helixmla_tc::Params p) {\n  helixmla_tc::decode_tile<" + args + ">(p);\n}\n";
   return program;
 }

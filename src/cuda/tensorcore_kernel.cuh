@@ -107,21 +107,6 @@ namespace helixmla_tc {
 #ifndef HELIXMLA_TC_M32_FP8_TILES_PER_STEP
 #define HELIXMLA_TC_M32_FP8_TILES_PER_STEP 2
 #endif
-// 32-row fp8 tiles: KV stages and blocks per SM (A/B runs as above). One
-// block has only two warps per scheduler to hide the loop's latencies; two
-// blocks fit with three stages and one tile per step (127 registers, no
-// spills). Session 15, 16 heads x q_len 2 at 128, 32 and 8 requests: 344
-// -> 318 us (-7.5%), -1.4%, and +17% (50 -> 59 us): twice the block slots
-// make the plan split small batches twice as finely, and each split's
-// float32 partials (64 KB for 32 rows, about 3.5 fp8 KV tiles, written
-// and read again) cost more than the 2 tiles per item the plan counts.
-// Not the default until the plan prices partials by their size.
-#ifndef HELIXMLA_TC_M32_FP8_STAGES
-#define HELIXMLA_TC_M32_FP8_STAGES 4
-#endif
-#ifndef HELIXMLA_TC_M32_FP8_BLOCKS_PER_SM
-#define HELIXMLA_TC_M32_FP8_BLOCKS_PER_SM 1
-#endif
 
 // 16-bit wgmma: KV stages (A/B runs as above). Five fit beside Q's 16
 // register steps, but four measured as fast or faster on every 64-row case
@@ -184,9 +169,22 @@ struct Params {
 // Per-(M, KV kind, engine) tuning and the shared-memory map. Offsets up to
 // the scratch buffers are multiples of 1024 bytes (the 128-byte swizzle
 // period); the wgmma engine also aligns the base to 1024 itself.
-template <int M, int KV, int ENGINE = kEngineMmaSync>
+//
+// BLOCKS: the blocks per SM a build is made for, 0 for its row tile's own.
+// Only 32-row fp8 tiles have a second build, of two blocks (three stages,
+// one tile per step: 127 registers, no spills), which the host picks for
+// big batches: one block leaves two warps per scheduler to hide the loop's
+// latencies. 16 heads x q_len 2 at 8, 16, 32, 64 and 128 requests (session
+// 15): 51 -> 58-62, 66 -> 82, 107 -> 106, 190 -> 176 and 343 -> 318 us.
+// Small batches lose because the plan splits them twice as finely for
+// twice the block slots; planned for one block per SM they still lost at
+// 16 requests (69 us: a lone block of this build is the slower one).
+template <int M, int KV, int ENGINE = kEngineMmaSync, int BLOCKS = 0>
 struct Config {
   static_assert(ENGINE == kEngineMmaSync || M == 64, "the wgmma engine runs 64-row tiles");
+  static_assert(BLOCKS == 0 || (BLOCKS == 2 && M == 32 && KV == kKvFp8 && ENGINE == kEngineMmaSync),
+                "a two-block build exists for 32-row fp8 tiles only");
+  static constexpr bool kTwoBlockBuild = BLOCKS == 2;
   static constexpr bool kWgmma = ENGINE == kEngineWgmma;
   static constexpr int kMTiles = M / 16;
   static constexpr int kWarpsK = kWgmma ? 2 : 4 / kMTiles;  // partial S sums per tile
@@ -194,8 +192,9 @@ struct Config {
   // mma.sync: KV tiles per loop step (one softmax and its barriers).
   static constexpr int kTilesPerStep =
       kWgmma || KV != kKvFp8 ? 1
-                             : (M == 16 ? HELIXMLA_TC_M16_FP8_TILES_PER_STEP
-                                        : (M == 32 ? HELIXMLA_TC_M32_FP8_TILES_PER_STEP : 1));
+                             : (M == 16   ? HELIXMLA_TC_M16_FP8_TILES_PER_STEP
+                                : M == 32 ? (kTwoBlockBuild ? 1 : HELIXMLA_TC_M32_FP8_TILES_PER_STEP)
+                                          : 1);
   static_assert(kTilesPerStep == 1 || kTilesPerStep == 2, "one or two tiles per step");
   static constexpr int kStepTokens = kTilesPerStep * kTileTokens;
   static constexpr int kRowThreads = kThreads / M;                   // softmax threads per row
@@ -215,11 +214,10 @@ struct Config {
   static constexpr int kQRegBlocks = kQRegSteps / 2;
   static constexpr int kStages =
       M == 16   ? (KV == kKvFp8 ? HELIXMLA_TC_M16_FP8_STAGES : 2)
-      : M == 32 ? (KV == kKvFp8 ? HELIXMLA_TC_M32_FP8_STAGES : 4)
+      : M == 32 ? (kTwoBlockBuild ? 3 : 4)
                 : (kWgmma && KV != kKvFp8 ? HELIXMLA_TC_WGMMA_16BIT_STAGES : (KV == kKvFp8 ? 4 : 3));
-  static constexpr int kBlocksPerSm = M == 16   ? (KV == kKvFp8 ? HELIXMLA_TC_M16_FP8_BLOCKS_PER_SM : 2)
-                                      : M == 32 ? (KV == kKvFp8 ? HELIXMLA_TC_M32_FP8_BLOCKS_PER_SM : 1)
-                                                : 1;
+  static constexpr int kBlocksPerSm =
+      M == 16 ? (KV == kKvFp8 ? HELIXMLA_TC_M16_FP8_BLOCKS_PER_SM : 2) : (kTwoBlockBuild ? 2 : 1);
   static_assert(kStages >= 2 * kTilesPerStep, "the ring holds a step's tiles and the next step's copies");
   static constexpr int kSStride = kStepTokens + 8;  // floats; keeps S stores conflict-free
 
@@ -539,9 +537,9 @@ __device__ __forceinline__ int visible_kv(int kv_len, int q_len, int t) {
   return n < 0 ? 0 : (n > kv_len ? kv_len : n);
 }
 
-template <int M, int PAGE, int ELEM, int KV, int ENGINE>
+template <int M, int PAGE, int ELEM, int KV, int ENGINE, int BLOCKS = 0>
 __device__ __forceinline__ void decode_tile(const Params& p) {
-  typedef Config<M, KV, ENGINE> C;
+  typedef Config<M, KV, ENGINE, BLOCKS> C;
   constexpr int MMA = KV == kKvFp8 ? kElemFp16 : ELEM;  // the matrix steps' input type
   constexpr int T = kTileTokens;
   constexpr int MT = C::kMTiles;
@@ -1525,10 +1523,10 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   }
 }
 
-template <int M, int PAGE, int ELEM, int KV, int ENGINE>
-__global__ void __launch_bounds__(kThreads, Config<M, KV, ENGINE>::kBlocksPerSm)
+template <int M, int PAGE, int ELEM, int KV, int ENGINE, int BLOCKS = 0>
+__global__ void __launch_bounds__(kThreads, Config<M, KV, ENGINE, BLOCKS>::kBlocksPerSm)
     mla_decode_kernel(Params p) {
-  decode_tile<M, PAGE, ELEM, KV, ENGINE>(p);
+  decode_tile<M, PAGE, ELEM, KV, ENGINE, BLOCKS>(p);
 }
 
 #endif  // __CUDACC__

@@ -114,14 +114,9 @@ std::int32_t parallel_blocks(const Problem& phase, const TensorcoreVariant& vari
 }  // namespace
 
 TensorcoreVariant tensorcore_variant_of(const Problem& phase) {
-  TensorcoreVariant v;
   const std::int32_t q_len = phase.num_contexts > 0 ? 0 : phase.q_len.front();
-  v.rows = tensorcore_row_tile(phase.num_heads, q_len, phase.kv.dtype, batch_bucket_of(phase.num_requests()));
-  v.page_size = phase.kv.page_size;
-  v.q_dtype = phase.q_dtype;
-  v.kv_dtype = phase.kv.dtype;
-  v.wgmma = v.rows == 64 && kTensorcoreWgmmaFor64Rows;
-  return v;
+  return tensorcore_variant(phase.num_heads, q_len, phase.kv.page_size, phase.q_dtype, phase.kv.dtype,
+                            batch_bucket_of(phase.num_requests()));
 }
 
 std::size_t tensorcore_workspace_bytes(const Problem& phase, const TensorcoreVariant& variant) {

@@ -28,37 +28,36 @@ int TensorcoreVariant::engine_kind() const {
 
 namespace {
 
-template <int M, int ENGINE>
-int smem_for(int kv) {
-  return kv == helixmla_tc::kKvFp8 ? helixmla_tc::Config<M, helixmla_tc::kKvFp8, ENGINE>::kSmemBytes
-                                   : helixmla_tc::Config<M, helixmla_tc::kKvSameAsQ, ENGINE>::kSmemBytes;
-}
-
-template <int M>
-int blocks_for(int kv) {
-  return kv == helixmla_tc::kKvFp8 ? helixmla_tc::Config<M, helixmla_tc::kKvFp8>::kBlocksPerSm
-                                   : helixmla_tc::Config<M, helixmla_tc::kKvSameAsQ>::kBlocksPerSm;
+// A variant's Config, handed to `f` as a value of its type.
+template <typename F>
+auto with_config(const TensorcoreVariant& v, F f) {
+  using namespace helixmla_tc;
+  const bool fp8 = v.kv_kind() == kKvFp8;
+  if (v.rows == 16) return fp8 ? f(Config<16, kKvFp8>{}) : f(Config<16, kKvSameAsQ>{});
+  if (v.rows == 32) {
+    if (v.two_blocks) return f(Config<32, kKvFp8, kEngineMmaSync, 2>{});
+    return fp8 ? f(Config<32, kKvFp8>{}) : f(Config<32, kKvSameAsQ>{});
+  }
+  if (v.wgmma) return fp8 ? f(Config<64, kKvFp8, kEngineWgmma>{}) : f(Config<64, kKvSameAsQ, kEngineWgmma>{});
+  return fp8 ? f(Config<64, kKvFp8>{}) : f(Config<64, kKvSameAsQ>{});
 }
 
 }  // namespace
 
 int TensorcoreVariant::smem_bytes() const {
-  if (rows == 16) return smem_for<16, helixmla_tc::kEngineMmaSync>(kv_kind());
-  if (rows == 32) return smem_for<32, helixmla_tc::kEngineMmaSync>(kv_kind());
-  return wgmma ? smem_for<64, helixmla_tc::kEngineWgmma>(kv_kind())
-               : smem_for<64, helixmla_tc::kEngineMmaSync>(kv_kind());
+  return with_config(*this, [](auto c) { return decltype(c)::kSmemBytes; });
 }
 
 int TensorcoreVariant::blocks_per_sm() const {
-  if (rows == 16) return blocks_for<16>(kv_kind());
-  if (rows == 32) return blocks_for<32>(kv_kind());
-  return 1;
+  return with_config(*this, [](auto c) { return decltype(c)::kBlocksPerSm; });
 }
+
+int TensorcoreVariant::build_blocks() const { return two_blocks ? 2 : 0; }
 
 std::string TensorcoreVariant::name() const {
   return "tc_m" + std::to_string(rows) + "_p" + std::to_string(page_size) + "_" +
          std::string(to_string(q_dtype)) + "_" + std::string(to_string(kv_dtype)) +
-         (wgmma ? "_wgmma" : "");
+         (wgmma ? "_wgmma" : "") + (two_blocks ? "_2blocks" : "");
 }
 
 std::int32_t tensorcore_row_tile(std::int32_t heads, std::int32_t q_len, DType kv_dtype,
@@ -74,14 +73,21 @@ std::int32_t tensorcore_row_tile(std::int32_t heads, std::int32_t q_len, DType k
   return 64;
 }
 
-TensorcoreVariant tensorcore_variant_for(const PhaseShape& shape) {
+TensorcoreVariant tensorcore_variant(std::int32_t heads, std::int32_t q_len, std::int32_t page_size,
+                                     DType q_dtype, DType kv_dtype, std::int32_t batch_bucket) {
   TensorcoreVariant v;
-  v.rows = tensorcore_row_tile(shape.num_heads, shape.q_len, shape.kv_dtype, shape.batch_bucket);
-  v.page_size = shape.page_size;
-  v.q_dtype = shape.q_dtype;
-  v.kv_dtype = shape.kv_dtype;
+  v.rows = tensorcore_row_tile(heads, q_len, kv_dtype, batch_bucket);
+  v.page_size = page_size;
+  v.q_dtype = q_dtype;
+  v.kv_dtype = kv_dtype;
   v.wgmma = v.rows == 64 && kTensorcoreWgmmaFor64Rows;
+  v.two_blocks = tensorcore_has_two_block_build(v.rows, kv_dtype) && batch_bucket >= kTwoBlocks32RowFp8FromBatch;
   return v;
+}
+
+TensorcoreVariant tensorcore_variant_for(const PhaseShape& shape) {
+  return tensorcore_variant(shape.num_heads, shape.q_len, shape.page_size, shape.q_dtype, shape.kv_dtype,
+                            shape.batch_bucket);
 }
 
 }  // namespace helixmla::cuda

@@ -27,6 +27,7 @@ struct TensorcoreVariant {
   DType q_dtype = DType::bf16;   // also the output and MMA input type
   DType kv_dtype = DType::bf16;  // q_dtype or fp8_e4m3
   bool wgmma = false;            // matrix engine: wgmma (64 rows only) or mma.sync
+  bool two_blocks = false;       // the build for two blocks per SM (32-row fp8 only; below)
 
   bool precompiled() const;
   int elem_kind() const;  // helixmla_tc::ElemKind
@@ -34,7 +35,8 @@ struct TensorcoreVariant {
   int smem_bytes() const;
   int blocks_per_sm() const;
   int engine_kind() const;  // helixmla_tc::EngineKind
-  // e.g. "tc_m64_p64_bf16_fp8_wgmma"
+  int build_blocks() const;  // helixmla_tc::Config's BLOCKS: 2 for the two-block build, else 0
+  // e.g. "tc_m64_p64_bf16_fp8_wgmma", "tc_m32_p64_bf16_fp8_2blocks"
   std::string name() const;
   bool operator==(const TensorcoreVariant&) const = default;
 };
@@ -47,12 +49,28 @@ struct TensorcoreVariant {
 // keeps 32 rows (its 64-row kernel was 3-9% slower at 8-128 requests).
 inline constexpr std::int32_t kWgmmaFor32RowsFromBatch = 16;
 
+// 32-row tiles with fp8 KV, the only ones with a two-block build, run it
+// from this batch bucket on: 7-8% faster at 64 and 128 requests, equal at
+// 32, slower below (tensorcore_kernel.cuh's Config; bench/RESULTS.md,
+// session 15).
+inline constexpr std::int32_t kTwoBlocks32RowFp8FromBatch = 64;
+constexpr bool tensorcore_has_two_block_build(std::int32_t rows, DType kv_dtype) {
+  return rows == 32 && kv_dtype == DType::fp8_e4m3;
+}
+
 // Rows of a request's tile for H heads and `q_len` tokens (0 = varies: a
 // context phase): the smallest of 16/32/64 that holds H * q_len, else 64,
 // with 32 raised to 64 as above for `kv_dtype` and `batch_bucket` (the
 // phase's, as in PhaseShape).
 std::int32_t tensorcore_row_tile(std::int32_t heads, std::int32_t q_len, DType kv_dtype,
                                  std::int32_t batch_bucket);
+
+// The variant that runs a phase of H heads and `q_len` tokens (0 for a
+// context phase) at a batch bucket: the one choice behind both the
+// catalog's claim (tensorcore_variant_for) and the run (tensorcore_run's
+// tensorcore_variant_of).
+TensorcoreVariant tensorcore_variant(std::int32_t heads, std::int32_t q_len, std::int32_t page_size,
+                                     DType q_dtype, DType kv_dtype, std::int32_t batch_bucket);
 
 TensorcoreVariant tensorcore_variant_for(const PhaseShape& shape);
 

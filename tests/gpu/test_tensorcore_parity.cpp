@@ -41,6 +41,7 @@ struct RunInfo {
   bool any_split = false;
   bool any_jit = false;
   bool any_wgmma = false;
+  bool any_two_blocks = false;
 };
 
 // Plans the phases of `device_problem`, requires the tensor-core backend to
@@ -63,6 +64,7 @@ std::vector<std::unique_ptr<PreparedRun>> prepare_all(const Problem& device_prob
       const cuda::TensorcorePlan p = cuda::plan_tensorcore(part, v.rows, sms * v.blocks_per_sm());
       info->any_split = info->any_split || !p.segments.empty();
       info->any_wgmma = info->any_wgmma || v.wgmma;
+      info->any_two_blocks = info->any_two_blocks || v.two_blocks;
     }
     runs.push_back(backend->prepare(phase.problem, Workspace{}, stream));
   }
@@ -148,6 +150,23 @@ TEST(TensorcoreRowTile, ThirtyTwoRowsInBigBatchesRunPaddedOnWgmma) {
       SyntheticBatch host(spec);
       const RunInfo info = expect_parity(host, label_of(spec));
       EXPECT_EQ(info.any_wgmma, kv != DType::fp8_e4m3 && cuda::kTensorcoreWgmmaFor64Rows) << label_of(spec);
+    }
+  }
+}
+
+// 17-32 rows with fp8 KV in big batches run the kernel's two-block build
+// (three stages, one tile per step), a compiled kernel of its own.
+TEST(TensorcoreTwoBlocks, BigFp8BatchesOfThirtyTwoRowsMatch) {
+  SKIP_WITHOUT_TENSORCORE();
+  for (const auto& [heads, q_len] : {std::pair{16, 2}, std::pair{24, 1}}) {
+    for (const std::int32_t page : {64, 5}) {  // precompiled and just in time
+      if (page == 5 && !Environment::detect().nvrtc) continue;
+      BatchSpec spec = decode_spec(heads, q_len, page, DType::fp8_e4m3);
+      spec.generations = cuda::kTwoBlocks32RowFp8FromBatch;
+      spec.kv_len = {40, 301, 700, 129};  // cycled over the requests
+      SyntheticBatch host(spec);
+      const RunInfo info = expect_parity(host, label_of(spec));
+      EXPECT_TRUE(info.any_two_blocks) << label_of(spec);
     }
   }
 }
@@ -466,6 +485,12 @@ TEST(TensorcoreSanitize, SmallRepresentativeShapes) {
     SyntheticBatch host(spec);
     expect_parity(host, label_of(spec));
   }
+  // The 32-row fp8 two-block build (big batches only).
+  BatchSpec spec = decode_spec(24, 1, 64, DType::fp8_e4m3);
+  spec.generations = cuda::kTwoBlocks32RowFp8FromBatch;
+  spec.kv_len = {700, 72};
+  SyntheticBatch host(spec);
+  EXPECT_TRUE(expect_parity(host, label_of(spec)).any_two_blocks);
 }
 
 }  // namespace

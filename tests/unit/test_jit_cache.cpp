@@ -221,10 +221,12 @@ TEST_F(JitCacheTest, TensorcoreKernelCompilesForSm90aAndIsCached) {
 }
 
 // Every template path of the kernel text compiles under NVRTC (engines, fp16,
-// fp8 widening, the smallest page), not only the one the cache test uses.
+// fp8 widening, the smallest page, the two-block build), not only the one
+// the cache test uses.
 TEST(NvrtcCompiler, TensorcoreVariantsCompile) {
   const TensorcoreVariant variants[] = {{16, 1, DType::fp16, DType::fp8_e4m3, false},
                                         {32, 96, DType::fp16, DType::fp16, false},
+                                        {32, 5, DType::bf16, DType::fp8_e4m3, false, true},
                                         {64, 3, DType::bf16, DType::bf16, false},
                                         {64, 7, DType::fp16, DType::fp16, true}};
   for (const TensorcoreVariant& v : variants) {

@@ -89,13 +89,18 @@ TEST(TensorcoreCatalog, InventoryListsWhatCanImplementNames) {
     EXPECT_TRUE(v.precompiled) << v.name;
     precompiled.insert(v.name);
   }
-  EXPECT_EQ(precompiled.size(), 24u);
+  EXPECT_EQ(precompiled.size(), 28u);  // 3 row tiles x 2 KV types x 4 pages, and 32-row fp8 twice
   for (std::int32_t heads : {1, 16, 24, 48, 64, 96, 128}) {
     for (std::int32_t q_len : {1, 2, 4, 16}) {
-      KernelVariant chosen;
-      ASSERT_TRUE(b->catalog().can_implement(decode_shape(heads, 64, DType::bf16, q_len), hopper(false),
-                                             &chosen));
-      EXPECT_TRUE(precompiled.count(chosen.name)) << chosen.name;
+      for (const DType kv : {DType::bf16, DType::fp8_e4m3}) {
+        for (const std::int32_t batch : {1, 16, 64, 128}) {
+          PhaseShape s = decode_shape(heads, 64, kv, q_len);
+          s.batch_bucket = batch;
+          KernelVariant chosen;
+          ASSERT_TRUE(b->catalog().can_implement(s, hopper(false), &chosen));
+          EXPECT_TRUE(precompiled.count(chosen.name)) << chosen.name;
+        }
+      }
     }
   }
   EXPECT_GT(b->catalog().inventory(hopper(true)).size(), precompiled.size());
@@ -164,6 +169,36 @@ TEST(TensorcoreCatalog, ThirtyTwoRowsOfSixteenBitKvRunPaddedOnWgmmaInBigBatches)
   const TensorcoreVariant v = tensorcore_variant_for(s);
   EXPECT_EQ(v.rows, padded);
   EXPECT_EQ(v.wgmma, kTensorcoreWgmmaFor64Rows);
+}
+
+TEST(TensorcoreCatalog, ThirtyTwoFp8RowsRunTheTwoBlockBuildInBigBatches) {
+  const std::int32_t big = kTwoBlocks32RowFp8FromBatch;
+  for (const auto& [heads, q_len] : {std::pair{16, 2}, std::pair{24, 1}, std::pair{32, 1}}) {
+    const TensorcoreVariant small = tensorcore_variant(heads, q_len, 64, DType::bf16, DType::fp8_e4m3, big / 2);
+    const TensorcoreVariant large = tensorcore_variant(heads, q_len, 64, DType::bf16, DType::fp8_e4m3, big);
+    EXPECT_EQ(small.rows, 32);
+    EXPECT_FALSE(small.two_blocks);
+    EXPECT_EQ(large.rows, 32);
+    EXPECT_TRUE(large.two_blocks);
+    EXPECT_EQ(large.name(), "tc_m32_p64_bf16_fp8_2blocks");
+    EXPECT_EQ(large.blocks_per_sm(), 2);
+    EXPECT_EQ(small.blocks_per_sm(), 1);
+    // Two blocks must fit an SM's shared memory (228 KB, 1 KB reserved per block).
+    EXPECT_LE(2 * (large.smem_bytes() + 1024), 228 * 1024);
+    EXPECT_TRUE(large.precompiled());
+  }
+  // Every other row tile and KV type keeps its one build whatever the batch.
+  for (const DType kv : {DType::bf16, DType::fp16, DType::fp8_e4m3}) {
+    for (const auto& [heads, q_len] : {std::pair{16, 1}, std::pair{48, 1}, std::pair{128, 2}, std::pair{16, 2}}) {
+      const TensorcoreVariant v = tensorcore_variant(heads, q_len, 64, DType::bf16, kv, 4 * big);
+      EXPECT_EQ(v.two_blocks, v.rows == 32 && kv == DType::fp8_e4m3) << heads << "x" << q_len;
+    }
+  }
+  PhaseShape s = decode_shape(24, 16, DType::fp8_e4m3);
+  s.batch_bucket = big;
+  EXPECT_TRUE(tensorcore_variant_for(s).two_blocks);
+  s.batch_bucket = big / 2;
+  EXPECT_FALSE(tensorcore_variant_for(s).two_blocks);
 }
 
 TEST(TensorcoreCatalog, OnlySixtyFourRowTilesUseWgmma) {

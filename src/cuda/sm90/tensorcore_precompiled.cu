@@ -1,6 +1,6 @@
 // The precompiled tensor-core variants: every row tile (on its default
-// engine) for bf16 Q with bf16 or fp8 KV, at the page sizes of
-// kTensorcorePrecompiledPages.
+// engine, and the 32-row fp8 two-block build) for bf16 Q with bf16 or fp8
+// KV, at the page sizes of kTensorcorePrecompiledPages.
 #include "cuda/tensorcore_kernel.cuh"
 #include "cuda/tensorcore_precompiled.hpp"
 
@@ -8,30 +8,34 @@ namespace helixmla::cuda {
 
 namespace {
 
-template <int M, int KV, int ENGINE>
+template <int M, int KV, int ENGINE, int BLOCKS = 0>
 const void* for_page(int page) {
   using helixmla_tc::kElemBf16;
   using helixmla_tc::mla_decode_kernel;
   static_assert(kTensorcorePrecompiledPages.size() == 4, "one case per precompiled page size");
   switch (page) {
     case kTensorcorePrecompiledPages[0]:
-      return reinterpret_cast<const void*>(&mla_decode_kernel<M, kTensorcorePrecompiledPages[0], kElemBf16, KV, ENGINE>);
+      return reinterpret_cast<const void*>(&mla_decode_kernel<M, kTensorcorePrecompiledPages[0], kElemBf16, KV, ENGINE, BLOCKS>);
     case kTensorcorePrecompiledPages[1]:
-      return reinterpret_cast<const void*>(&mla_decode_kernel<M, kTensorcorePrecompiledPages[1], kElemBf16, KV, ENGINE>);
+      return reinterpret_cast<const void*>(&mla_decode_kernel<M, kTensorcorePrecompiledPages[1], kElemBf16, KV, ENGINE, BLOCKS>);
     case kTensorcorePrecompiledPages[2]:
-      return reinterpret_cast<const void*>(&mla_decode_kernel<M, kTensorcorePrecompiledPages[2], kElemBf16, KV, ENGINE>);
+      return reinterpret_cast<const void*>(&mla_decode_kernel<M, kTensorcorePrecompiledPages[2], kElemBf16, KV, ENGINE, BLOCKS>);
     case kTensorcorePrecompiledPages[3]:
-      return reinterpret_cast<const void*>(&mla_decode_kernel<M, kTensorcorePrecompiledPages[3], kElemBf16, KV, ENGINE>);
+      return reinterpret_cast<const void*>(&mla_decode_kernel<M, kTensorcorePrecompiledPages[3], kElemBf16, KV, ENGINE, BLOCKS>);
     default:
       return nullptr;
   }
 }
 
 template <int KV>
-const void* for_rows(int rows, int page) {
+const void* for_rows(int rows, bool two_blocks, int page) {
   switch (rows) {
     case 16: return for_page<16, KV, helixmla_tc::kEngineMmaSync>(page);
-    case 32: return for_page<32, KV, helixmla_tc::kEngineMmaSync>(page);
+    case 32:
+      if constexpr (KV == helixmla_tc::kKvFp8) {
+        if (two_blocks) return for_page<32, KV, helixmla_tc::kEngineMmaSync, 2>(page);
+      }
+      return for_page<32, KV, helixmla_tc::kEngineMmaSync>(page);
     case 64:
       return for_page<64, KV, kTensorcoreWgmmaFor64Rows ? helixmla_tc::kEngineWgmma : helixmla_tc::kEngineMmaSync>(page);
     default: return nullptr;
@@ -42,8 +46,9 @@ const void* for_rows(int rows, int page) {
 
 const void* tensorcore_precompiled_kernel(const TensorcoreVariant& variant) {
   if (!variant.precompiled()) return nullptr;
-  return variant.kv_dtype == DType::fp8_e4m3 ? for_rows<helixmla_tc::kKvFp8>(variant.rows, variant.page_size)
-                                             : for_rows<helixmla_tc::kKvSameAsQ>(variant.rows, variant.page_size);
+  return variant.kv_dtype == DType::fp8_e4m3
+             ? for_rows<helixmla_tc::kKvFp8>(variant.rows, variant.two_blocks, variant.page_size)
+             : for_rows<helixmla_tc::kKvSameAsQ>(variant.rows, variant.two_blocks, variant.page_size);
 }
 
 }  // namespace helixmla::cuda
