@@ -101,7 +101,8 @@ namespace helixmla_tc {
 #ifndef HELIXMLA_TC_M16_FP8_TILES_PER_STEP
 #define HELIXMLA_TC_M16_FP8_TILES_PER_STEP 2
 #endif
-// The same for 32-row fp8 tiles (17-32 rows with fp8 KV): 16 heads x q_len
+// The same for 32-row fp8 tiles (17-32 rows with fp8 KV) in their one-block
+// build (the two-block build, Config's BLOCKS, takes one): 16 heads x q_len
 // 2 at 8, 32 and 128 requests took 4%, 7% and 8% less (373 -> 342 us at
 // 128, two rounds; session 15).
 #ifndef HELIXMLA_TC_M32_FP8_TILES_PER_STEP
