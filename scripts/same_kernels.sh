@@ -5,7 +5,7 @@
 # cuobjdump). Compiles every .cu under src/cuda for sm_90a (the precompiled
 # tensor-core kernels among them) and, through nvcc, a set of tensor-core
 # instantiations only the JIT builds (fp16 Q, pages of 1 and 12 tokens,
-# every row tile and engine), in a worktree at REV and in this tree, then
+# every row tile, engine and build), in a worktree at REV and in this tree, then
 # compares them kernel by kernel (scripts/kernel_text.py). Exit 0 when all
 # are identical.
 #   scripts/same_kernels.sh [REV]
@@ -28,6 +28,9 @@ instantiations="$work/jit_instantiations.cu"
                "helixmla_tc::$kv, helixmla_tc::$2>(helixmla_tc::Params);"
         done
       done
+      # The 32-row fp8 two-block build (Config's BLOCKS).
+      echo "template __global__ void helixmla_tc::mla_decode_kernel<32, $page, helixmla_tc::$elem," \
+           "helixmla_tc::kKvFp8, helixmla_tc::kEngineMmaSync, 2>(helixmla_tc::Params);"
     done
   done
 } >"$instantiations"
