@@ -130,10 +130,12 @@ void BM_TensorcorePlan(benchmark::State& state) {
   spec.allocate_tensors = false;
   testing::SyntheticBatch batch(spec);
   const Problem problem = batch.problem();
-  const std::int32_t rows =
-      cuda::tensorcore_row_tile(spec.heads, 1, spec.kv_dtype, batch_bucket_of(problem.num_requests()));
-  const std::int32_t slots = rows == 16 ? 264 : 132;
-  for (auto _ : state) benchmark::DoNotOptimize(cuda::plan_tensorcore(problem, rows, slots).workspace_bytes);
+  const cuda::TensorcoreVariant variant = cuda::tensorcore_variant(
+      spec.heads, 1, spec.page_size, spec.q_dtype, spec.kv_dtype, batch_bucket_of(problem.num_requests()));
+  const std::int32_t slots = cuda::tensorcore_block_slots(132, variant);  // an H200's SMs
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(cuda::plan_tensorcore(problem, variant.rows, slots).workspace_bytes);
+  }
 }
 BENCHMARK(BM_TensorcorePlan)
     ->Args({64, 64, 8192})

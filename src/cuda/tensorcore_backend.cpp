@@ -57,16 +57,22 @@ Verdict check_shape(const PhaseShape& s) {
 class TensorcoreCatalog final : public KernelCatalog {
  public:
   std::vector<KernelVariant> inventory(const Environment& env) const override {
+    // Every build of every row tile for Q and KV types `q` and `kv`, at page 0
+    // (the caller sets it).
+    const auto builds = [](DType q, DType kv) {
+      std::vector<TensorcoreVariant> all;
+      for (std::int32_t rows : kTensorcoreRowTiles) {
+        all.push_back({rows, 0, q, kv, tensorcore_uses_wgmma(rows), false});
+        if (tensorcore_has_two_block_build(rows, kv)) all.push_back({rows, 0, q, kv, false, true});
+      }
+      return all;
+    };
     std::vector<KernelVariant> list;
-    for (std::int32_t rows : kTensorcoreRowTiles) {
-      for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
-        for (const bool two_blocks : {false, true}) {
-          if (two_blocks && !tensorcore_has_two_block_build(rows, kv)) continue;
-          for (std::int32_t page : kTensorcorePrecompiledPages) {
-            const TensorcoreVariant v{rows, page, DType::bf16, kv, rows == 64 && kTensorcoreWgmmaFor64Rows,
-                                      two_blocks};
-            list.push_back({v.name(), true});
-          }
+    for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
+      for (TensorcoreVariant v : builds(DType::bf16, kv)) {
+        for (std::int32_t page : kTensorcorePrecompiledPages) {
+          v.page_size = page;
+          list.push_back({v.name(), true});
         }
       }
     }
@@ -75,16 +81,9 @@ class TensorcoreCatalog final : public KernelCatalog {
                                              {DType::bf16, DType::fp8_e4m3},
                                              {DType::fp16, DType::fp16},
                                              {DType::fp16, DType::fp8_e4m3}};
-    for (std::int32_t rows : kTensorcoreRowTiles) {
-      for (const auto& [q, kv] : pairs) {
-        for (const bool two_blocks : {false, true}) {
-          if (two_blocks && !tensorcore_has_two_block_build(rows, kv)) continue;
-          const bool wgmma = rows == 64 && kTensorcoreWgmmaFor64Rows;
-          list.push_back({"tc_m" + std::to_string(rows) + "_p<any>_" + std::string(to_string(q)) + "_" +
-                              std::string(to_string(kv)) + (wgmma ? "_wgmma" : "") +
-                              (two_blocks ? "_2blocks" : "") + " (just in time)",
-                          false});
-        }
+    for (const auto& [q, kv] : pairs) {
+      for (const TensorcoreVariant& v : builds(q, kv)) {
+        list.push_back({v.name_for_page("<any>") + " (just in time)", false});
       }
     }
     return list;

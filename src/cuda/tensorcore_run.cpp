@@ -95,20 +95,8 @@ class TensorcoreRun final : public PreparedRun {
   RunMemory memory_;
 };
 
-// Block slots per SM the plan fills (A/B builds, CMake's HELIXMLA_TC_KNOBS):
-// 0 takes as many as the kernel fits. The plan counts every slot as equally
-// fast, so a kernel of two blocks per SM gets small batches split twice as
-// finely as one of one block, though a block alone on its SM runs faster;
-// 1 measures that kernel planned as if it held one (session 15: for the
-// two-block 32-row fp8 build, no better than the one-block build at small
-// batches; bench/RESULTS.md).
-#ifndef HELIXMLA_TC_PLAN_SLOTS_PER_SM
-#define HELIXMLA_TC_PLAN_SLOTS_PER_SM 0
-#endif
-
 std::int32_t parallel_blocks(const Problem& phase, const TensorcoreVariant& variant) {
-  const int slots = HELIXMLA_TC_PLAN_SLOTS_PER_SM > 0 ? HELIXMLA_TC_PLAN_SLOTS_PER_SM : variant.blocks_per_sm();
-  return device_sm_count(phase.location.device) * slots;
+  return tensorcore_block_slots(device_sm_count(phase.location.device), variant);
 }
 
 }  // namespace

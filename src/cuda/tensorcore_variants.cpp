@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "cuda/tensorcore_kernel.cuh"
+#include "helixmla/error.hpp"
 
 namespace helixmla::cuda {
 
@@ -11,7 +12,7 @@ bool TensorcoreVariant::precompiled() const {
                               page_size) != kTensorcorePrecompiledPages.end();
   return page && q_dtype == DType::bf16 &&
          (kv_dtype == DType::bf16 || kv_dtype == DType::fp8_e4m3) &&
-         wgmma == (rows == 64 && kTensorcoreWgmmaFor64Rows);
+         wgmma == tensorcore_uses_wgmma(rows);
 }
 
 int TensorcoreVariant::elem_kind() const {
@@ -28,10 +29,15 @@ int TensorcoreVariant::engine_kind() const {
 
 namespace {
 
-// A variant's Config, handed to `f` as a value of its type.
+// A variant's Config, handed to `f` as a value of its type. Variants built
+// by hand (tests, tools) may name a build that does not exist.
 template <typename F>
 auto with_config(const TensorcoreVariant& v, F f) {
   using namespace helixmla_tc;
+  if (v.two_blocks && !tensorcore_has_two_block_build(v.rows, v.kv_dtype)) {
+    throw InvalidArgument("variant.two_blocks", -1, v.name(), "only 32-row tiles with fp8 KV have a two-block build");
+  }
+  if (v.wgmma && v.rows != 64) throw InvalidArgument("variant.wgmma", -1, v.name(), "wgmma runs 64-row tiles");
   const bool fp8 = v.kv_kind() == kKvFp8;
   if (v.rows == 16) return fp8 ? f(Config<16, kKvFp8>{}) : f(Config<16, kKvSameAsQ>{});
   if (v.rows == 32) {
@@ -54,10 +60,27 @@ int TensorcoreVariant::blocks_per_sm() const {
 
 int TensorcoreVariant::build_blocks() const { return two_blocks ? 2 : 0; }
 
-std::string TensorcoreVariant::name() const {
-  return "tc_m" + std::to_string(rows) + "_p" + std::to_string(page_size) + "_" +
-         std::string(to_string(q_dtype)) + "_" + std::string(to_string(kv_dtype)) +
-         (wgmma ? "_wgmma" : "") + (two_blocks ? "_2blocks" : "");
+std::string TensorcoreVariant::name() const { return name_for_page(std::to_string(page_size)); }
+
+std::string TensorcoreVariant::name_for_page(std::string_view page) const {
+  return "tc_m" + std::to_string(rows) + "_p" + std::string(page) + "_" + std::string(to_string(q_dtype)) + "_" +
+         std::string(to_string(kv_dtype)) + (wgmma ? "_wgmma" : "") + (two_blocks ? "_2blocks" : "");
+}
+
+// Block slots per SM the plan fills (A/B builds, CMake's HELIXMLA_TC_KNOBS):
+// 0 takes as many as the kernel fits. The plan counts every slot as equally
+// fast, so a kernel of two blocks per SM gets small batches split twice as
+// finely as one of one block, though a block alone on its SM runs faster;
+// 1 measures that kernel planned as if it held one (session 15: for the
+// two-block 32-row fp8 build, no better than the one-block build at small
+// batches; bench/RESULTS.md).
+#ifndef HELIXMLA_TC_PLAN_SLOTS_PER_SM
+#define HELIXMLA_TC_PLAN_SLOTS_PER_SM 0
+#endif
+
+std::int32_t tensorcore_block_slots(std::int32_t sm_count, const TensorcoreVariant& variant) {
+  const int per_sm = HELIXMLA_TC_PLAN_SLOTS_PER_SM > 0 ? HELIXMLA_TC_PLAN_SLOTS_PER_SM : variant.blocks_per_sm();
+  return sm_count * per_sm;
 }
 
 std::int32_t tensorcore_row_tile(std::int32_t heads, std::int32_t q_len, DType kv_dtype,
@@ -80,7 +103,7 @@ TensorcoreVariant tensorcore_variant(std::int32_t heads, std::int32_t q_len, std
   v.page_size = page_size;
   v.q_dtype = q_dtype;
   v.kv_dtype = kv_dtype;
-  v.wgmma = v.rows == 64 && kTensorcoreWgmmaFor64Rows;
+  v.wgmma = tensorcore_uses_wgmma(v.rows);
   v.two_blocks = tensorcore_has_two_block_build(v.rows, kv_dtype) && batch_bucket >= kTwoBlocks32RowFp8FromBatch;
   return v;
 }

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "helixmla/backend.hpp"
 #include "helixmla/dtype.hpp"
@@ -20,6 +21,9 @@ inline constexpr std::array<std::int32_t, 3> kTensorcoreRowTiles = {16, 32, 64};
 // which a 64-row wgmma would pad, run on mma.sync (but see
 // kWgmmaFor32RowsFromBatch below).
 inline constexpr bool kTensorcoreWgmmaFor64Rows = true;
+
+// Whether a row tile's kernel runs on wgmma (its default engine).
+constexpr bool tensorcore_uses_wgmma(std::int32_t rows) { return rows == 64 && kTensorcoreWgmmaFor64Rows; }
 
 struct TensorcoreVariant {
   std::int32_t rows = 64;  // query rows per block (16, 32 or 64)
@@ -38,6 +42,8 @@ struct TensorcoreVariant {
   int build_blocks() const;  // helixmla_tc::Config's BLOCKS: 2 for the two-block build, else 0
   // e.g. "tc_m64_p64_bf16_fp8_wgmma", "tc_m32_p64_bf16_fp8_2blocks"
   std::string name() const;
+  // The same with `page` in place of the page size (the catalog's "<any>").
+  std::string name_for_page(std::string_view page) const;
   bool operator==(const TensorcoreVariant&) const = default;
 };
 
@@ -57,6 +63,10 @@ inline constexpr std::int32_t kTwoBlocks32RowFp8FromBatch = 64;
 constexpr bool tensorcore_has_two_block_build(std::int32_t rows, DType kv_dtype) {
   return rows == 32 && kv_dtype == DType::fp8_e4m3;
 }
+
+// Block slots the work plan fills on `sm_count` SMs: blocks_per_sm() per SM
+// unless an A/B build sets HELIXMLA_TC_PLAN_SLOTS_PER_SM.
+std::int32_t tensorcore_block_slots(std::int32_t sm_count, const TensorcoreVariant& variant);
 
 // Rows of a request's tile for H heads and `q_len` tokens (0 = varies: a
 // context phase): the smallest of 16/32/64 that holds H * q_len, else 64,

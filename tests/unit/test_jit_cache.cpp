@@ -227,6 +227,7 @@ TEST(NvrtcCompiler, TensorcoreVariantsCompile) {
   const TensorcoreVariant variants[] = {{16, 1, DType::fp16, DType::fp8_e4m3, false},
                                         {32, 96, DType::fp16, DType::fp16, false},
                                         {32, 5, DType::bf16, DType::fp8_e4m3, false, true},
+                                        {32, 12, DType::fp16, DType::fp8_e4m3, false, true},
                                         {64, 3, DType::bf16, DType::bf16, false},
                                         {64, 7, DType::fp16, DType::fp16, true}};
   for (const TensorcoreVariant& v : variants) {

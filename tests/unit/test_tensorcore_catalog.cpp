@@ -15,6 +15,7 @@
 #include "cuda/tensorcore_backend.hpp"
 #include "cuda/tensorcore_plan.hpp"
 #include "cuda/tensorcore_variants.hpp"
+#include "helixmla/error.hpp"
 #include "synthetic_batch.hpp"
 
 namespace helixmla::cuda {
@@ -199,6 +200,28 @@ TEST(TensorcoreCatalog, ThirtyTwoFp8RowsRunTheTwoBlockBuildInBigBatches) {
   EXPECT_TRUE(tensorcore_variant_for(s).two_blocks);
   s.batch_bucket = big / 2;
   EXPECT_FALSE(tensorcore_variant_for(s).two_blocks);
+}
+
+TEST(TensorcoreCatalog, BlockSlotsFollowTheBuild) {
+  const TensorcoreVariant one = tensorcore_variant(24, 1, 64, DType::bf16, DType::fp8_e4m3, 1);
+  const TensorcoreVariant two = tensorcore_variant(24, 1, 64, DType::bf16, DType::fp8_e4m3, 128);
+  EXPECT_EQ(tensorcore_block_slots(132, one), 132 * one.blocks_per_sm());
+  EXPECT_EQ(tensorcore_block_slots(132, two), 132 * two.blocks_per_sm());
+  EXPECT_EQ(two.blocks_per_sm(), 2 * one.blocks_per_sm());
+}
+
+TEST(TensorcoreCatalog, BuildsThatDoNotExistAreRefusedByName) {
+  const TensorcoreVariant bad_two_blocks{64, 64, DType::bf16, DType::bf16, true, true};
+  const TensorcoreVariant bad_wgmma{16, 64, DType::bf16, DType::bf16, true, false};
+  for (const TensorcoreVariant& v : {bad_two_blocks, bad_wgmma}) {
+    try {
+      (void)v.smem_bytes();
+      ADD_FAILURE() << v.name() << " was accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(v.name()), std::string::npos) << e.what();
+    }
+    EXPECT_THROW((void)v.blocks_per_sm(), InvalidArgument);
+  }
 }
 
 TEST(TensorcoreCatalog, OnlySixtyFourRowTilesUseWgmma) {

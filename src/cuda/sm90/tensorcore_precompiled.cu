@@ -37,7 +37,7 @@ const void* for_rows(int rows, bool two_blocks, int page) {
       }
       return for_page<32, KV, helixmla_tc::kEngineMmaSync>(page);
     case 64:
-      return for_page<64, KV, kTensorcoreWgmmaFor64Rows ? helixmla_tc::kEngineWgmma : helixmla_tc::kEngineMmaSync>(page);
+      return for_page<64, KV, tensorcore_uses_wgmma(64) ? helixmla_tc::kEngineWgmma : helixmla_tc::kEngineMmaSync>(page);
     default: return nullptr;
   }
 }
