@@ -55,13 +55,13 @@ std::vector<std::unique_ptr<PreparedRun>> prepare_all(const Problem& device_prob
       ++info->phases;
       info->any_jit = info->any_jit || !phase.kernel.precompiled;
       const Problem& part = phase.problem;
-      const std::int32_t q_len = part.num_contexts > 0 ? 0 : part.q_len.front();
       int sms = 0;
       check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "sm count");
+      // The variant the catalog claimed is the one the run launches.
       const cuda::TensorcoreVariant v = cuda::tensorcore_variant_for(phase.shape);
-      EXPECT_EQ(v.rows, cuda::tensorcore_row_tile(part.num_heads, q_len, part.kv.dtype,
-                                                  batch_bucket_of(part.num_requests())));
-      const cuda::TensorcorePlan p = cuda::plan_tensorcore(part, v.rows, sms * v.blocks_per_sm());
+      EXPECT_EQ(v, cuda::tensorcore_variant_of(part)) << v.name();
+      EXPECT_EQ(phase.kernel.name, v.name());
+      const cuda::TensorcorePlan p = cuda::plan_tensorcore(part, v.rows, cuda::tensorcore_block_slots(sms, v));
       info->any_split = info->any_split || !p.segments.empty();
       info->any_wgmma = info->any_wgmma || v.wgmma;
       info->any_two_blocks = info->any_two_blocks || v.two_blocks;
@@ -136,7 +136,6 @@ INSTANTIATE_TEST_SUITE_P(PagesAndKv, TensorcoreSweep,
                          ::testing::Combine(::testing::Values(DType::bf16, DType::fp8_e4m3),
                                             ::testing::Values(1, 16, 32, 64, 128)));
 
-// The KV scale dequantises every KV dtype, not only fp8.
 // 17-32 rows with 16-bit KV in a batch of kWgmmaFor32RowsFromBatch
 // requests or more run padded on the 64-row wgmma kernel; fp8 KV keeps
 // its 32-row kernel (bench/RESULTS.md, session 14).
@@ -167,10 +166,12 @@ TEST(TensorcoreTwoBlocks, BigFp8BatchesOfThirtyTwoRowsMatch) {
       SyntheticBatch host(spec);
       const RunInfo info = expect_parity(host, label_of(spec));
       EXPECT_TRUE(info.any_two_blocks) << label_of(spec);
+      EXPECT_EQ(info.any_jit, page == 5) << label_of(spec);
     }
   }
 }
 
+// The KV scale dequantises every KV dtype, not only fp8.
 TEST(TensorcoreScale, SixteenBitKvScaleIsApplied) {
   SKIP_WITHOUT_TENSORCORE();
   for (std::int32_t heads : {16, 48, 128}) {
