@@ -16,8 +16,10 @@ work=$(mktemp -d)
 trap 'git worktree remove --force "$work/base" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
 git worktree add --detach --quiet "$work/base" "$rev"
 
-instantiations="$work/jit_instantiations.cu"
-{
+# instantiations TREE: the JIT-only instantiations, written for TREE (a
+# revision before the BLOCKS template parameter has no two-block build).
+instantiations() {
+  local tree=$1
   echo '#include "cuda/tensorcore_kernel.cuh"'
   for page in 1 12; do
     for elem in kElemBf16 kElemFp16; do
@@ -28,18 +30,21 @@ instantiations="$work/jit_instantiations.cu"
                "helixmla_tc::$kv, helixmla_tc::$2>(helixmla_tc::Params);"
         done
       done
-      # The 32-row fp8 two-block build (Config's BLOCKS).
-      echo "template __global__ void helixmla_tc::mla_decode_kernel<32, $page, helixmla_tc::$elem," \
-           "helixmla_tc::kKvFp8, helixmla_tc::kEngineMmaSync, 2>(helixmla_tc::Params);"
+      if grep -q "int BLOCKS" "$tree/src/cuda/tensorcore_kernel.cuh"; then
+        # The 32-row fp8 two-block build (Config's BLOCKS).
+        echo "template __global__ void helixmla_tc::mla_decode_kernel<32, $page, helixmla_tc::$elem," \
+             "helixmla_tc::kKvFp8, helixmla_tc::kEngineMmaSync, 2>(helixmla_tc::Params);"
+      fi
     done
   done
-} >"$instantiations"
+}
 
 # compile TREE OUTDIR: one cubin per translation unit.
 compile() {
   local tree=$1 out=$2
   mkdir -p "$out"
-  for unit in "$tree"/src/cuda/*.cu "$tree"/src/cuda/sm90/*.cu "$instantiations"; do
+  instantiations "$tree" >"$out/jit_instantiations.cu"
+  for unit in "$tree"/src/cuda/*.cu "$tree"/src/cuda/sm90/*.cu "$out/jit_instantiations.cu"; do
     nvcc -std=c++20 -O3 -DNDEBUG -DHELIXMLA_WITH_CUDA=1 -I "$tree/include" -I "$tree/src" -arch=sm_90a \
       -cubin "$unit" -o "$out/$(basename "$unit" .cu).cubin"
   done
