@@ -11,8 +11,11 @@
 //   request, which is exactly the memory order of q, out and stats
 //   ([tokens, heads, ...]): a row tile is one contiguous run of rows, and
 //   each row's token (hence its mask bound) is row / H. Row tiles of 16, 32
-//   or 64 (template M) follow the head count so that 16 heads do not pay for
-//   64 rows of matrix work; more rows (H * q_len > 64) take several tiles.
+//   or 64 (template M) follow the rows per request, H * q_len, so that 16
+//   heads do not pay for 64 rows of matrix work; more rows take several
+//   tiles. The host may pick a bigger tile or another build by batch size
+//   (tensorcore_variants.hpp: 17-32 rows of 16-bit KV padded to 64 in big
+//   batches, the two-block build of 32-row fp8, Config's BLOCKS).
 // - KV tiles of 32 tokens are gathered from the page pool with 16-byte
 //   cp.async (page size PAGE is a template parameter: the page lookup is a
 //   multiply, not a division), 2 to 4 stages deep; tokens past the range
@@ -51,8 +54,9 @@
 //   memory cost more shared-memory traffic than the 16-bit path has in all.
 //   Its fp8 rows are five aligned 128-byte groups with their own chunk
 //   swizzle (fp8_chunk_offset), Q's columns are reordered so that one
-//   8-byte load of K feeds two k16 steps, and the 16-row kernel keeps its
-//   Q fragments in registers and takes two KV tiles per softmax step.
+//   8-byte load of K feeds two k16 steps; the 16-row kernel keeps its Q
+//   fragments in registers, and the 16- and 32-row kernels take two KV
+//   tiles per softmax step (the 32-row two-block build one).
 // - Epilogue: o / l (zero when l == 0), stats (m in natural-log units, l). A
 //   split writes float32 partials in split_combine's entry layout instead.
 #pragma once
@@ -167,7 +171,7 @@ struct Params {
   float out_scale;   // KV scale
 };
 
-// Per-(M, KV kind, engine) tuning and the shared-memory map. Offsets up to
+// Per-(M, KV kind, engine, build) tuning and the shared-memory map. Offsets up to
 // the scratch buffers are multiples of 1024 bytes (the 128-byte swizzle
 // period); the wgmma engine also aligns the base to 1024 itself.
 //
