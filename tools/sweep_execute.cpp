@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "helixmla/environment.hpp"
 #include "helixmla/error.hpp"
@@ -170,7 +171,9 @@ int execute_sweep(const std::vector<BackendPtr>& backends, SweepSpace space, dou
     }
   };
   std::cerr << "sweep --execute: collecting the combinations the CUDA backends claim on " << to_string(env.arch) << "\n";
-  for (const std::int32_t pass : {space.generations, kBigBatchGenerations}) {
+  std::vector<std::int32_t> passes{space.generations};
+  if (space.generations < kBigBatchGenerations) passes.push_back(kBigBatchGenerations);
+  for (const std::int32_t pass : passes) {
     generations = pass;
     SweepSpace at = space;
     at.generations = pass;
