@@ -89,7 +89,7 @@ std::int32_t tensorcore_row_tile(std::int32_t heads, std::int32_t q_len, DType k
   const std::int64_t rows = std::int64_t{heads} * q_len;
   for (std::int32_t tile : kTensorcoreRowTiles) {
     if (rows > tile) continue;
-    const bool padded_wgmma = tile == 32 && kTensorcoreWgmmaFor64Rows && kv_dtype != DType::fp8_e4m3 &&
+    const bool padded_wgmma = tile == 32 && tensorcore_uses_wgmma(64) && kv_dtype != DType::fp8_e4m3 &&
                               batch_bucket >= kWgmmaFor32RowsFromBatch;
     return padded_wgmma ? 64 : tile;
   }
