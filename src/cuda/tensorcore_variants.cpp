@@ -12,7 +12,7 @@ bool TensorcoreVariant::precompiled() const {
                               page_size) != kTensorcorePrecompiledPages.end();
   return page && q_dtype == DType::bf16 &&
          (kv_dtype == DType::bf16 || kv_dtype == DType::fp8_e4m3) &&
-         wgmma == tensorcore_uses_wgmma(rows);
+         wgmma == tensorcore_uses_wgmma(rows) && (!two_blocks || tensorcore_has_two_block_build(rows, kv_dtype));
 }
 
 int TensorcoreVariant::elem_kind() const {

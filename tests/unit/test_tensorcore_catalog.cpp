@@ -221,7 +221,14 @@ TEST(TensorcoreCatalog, BuildsThatDoNotExistAreRefusedByName) {
       EXPECT_NE(std::string(e.what()).find(v.name()), std::string::npos) << e.what();
     }
     EXPECT_THROW((void)v.blocks_per_sm(), InvalidArgument);
+    // Nor is a build that does not exist claimed to be compiled in.
+    EXPECT_FALSE(v.precompiled()) << v.name();
   }
+  TensorcoreVariant bad_two_block_page = tensorcore_variant(16, 2, 64, DType::bf16, DType::fp8_e4m3, 1);
+  ASSERT_TRUE(bad_two_block_page.precompiled());
+  bad_two_block_page.rows = 16;
+  bad_two_block_page.two_blocks = true;
+  EXPECT_FALSE(bad_two_block_page.precompiled()) << bad_two_block_page.name();
 }
 
 TEST(TensorcoreCatalog, OnlySixtyFourRowTilesUseWgmma) {
