@@ -492,6 +492,13 @@ TEST(TensorcoreSanitize, SmallRepresentativeShapes) {
   spec.kv_len = {700, 72};
   SyntheticBatch host(spec);
   EXPECT_TRUE(expect_parity(host, label_of(spec)).any_two_blocks);
+  // 17-32 rows of 16-bit KV padded onto the 64-row wgmma tile (big batches
+  // only): rows 32-63 of each tile are zero-filled and never stored.
+  BatchSpec padded = decode_spec(16, 2, 64, DType::bf16);
+  padded.generations = cuda::kWgmmaFor32RowsFromBatch;
+  padded.kv_len = {700, 72};
+  SyntheticBatch padded_host(padded);
+  EXPECT_EQ(expect_parity(padded_host, label_of(padded)).any_wgmma, cuda::kTensorcoreWgmmaFor64Rows);
 }
 
 }  // namespace
