@@ -1,6 +1,7 @@
 // Prototype, not part of the library (bench/RESULTS.md, session 16): fp8-KV
-// MLA decode for 16 heads with fp8 wgmma and the operands swapped, measured
-// before it is built into the tensor-core backend.
+// MLA decode for 16 heads (and 48, below, for suite case 10; not yet run)
+// with fp8 wgmma and the operands swapped, measured before it is built into
+// the tensor-core backend.
 //   S^T[64 tokens x 32]  = K[64 x 576] . [Q_hi | Q_lo]^T   (m64n32k32 e4m3)
 //   O^T[512 x 16]       += [V^T | V^T] . [P_hi ; P_lo]     (m64n16k32 e4m3, K = 128)
 // Why swapped: wgmma's M is 64, so tokens take M and the heads N (no padding
@@ -12,7 +13,7 @@
 // an SM. One page (64 tokens) a tile; the reference is a float kernel; the
 // time is the mean of 50 back-to-back launches after warm-up.
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a fp8_swapped_wgmma.cu -o proto
-//   ./proto REQUESTS KV_LEN SPLITS [VERIFY=1] [ATTENTION_ONLY=0]
+//   ./proto REQUESTS KV_LEN SPLITS [VERIFY=1] [ATTENTION_ONLY=0] [HEADS=16 (or 48)]
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -45,6 +46,7 @@ struct Params {
   const __nv_bfloat16* q;     // [B][H][576]
   const unsigned char* kv;    // [pages][64][576] e4m3
   const int* page_table;      // [B][max_pages]
+  int heads;                  // 16 or 48 (one kernel each)
   int max_pages;
   int kv_len;
   int splits;
@@ -106,6 +108,17 @@ __device__ __forceinline__ void wgmma_o(float (&d)[8], u64 a, u64 b) {
       : "l"(a), "l"(b));
 }
 
+__device__ __forceinline__ int sw64(int row, int byte) {  // [rows][64 B], 64-byte swizzle
+  return row * 64 + ((((byte >> 4) ^ (row >> 1)) & 3) << 4) + (byte & 15);
+}
+// Byte offset of 16-byte chunk c (0..35) of row r in a [rows][576] region.
+__device__ __forceinline__ int row_chunk(int rows, int r, int c) {
+  return c < 32 ? (c >> 3) * (rows * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4) : 4 * rows * 128 + sw64(r, 16 * (c - 32));
+}
+
+// ---- 16 heads: one warpgroup a block, 64-token tiles ----
+namespace h16 {
+
 constexpr int H = 16;
 constexpr int kNQ = 2 * H;
 // Shared memory (offsets from a 1024-aligned base). Rows of 576 bytes are
@@ -122,14 +135,6 @@ constexpr int kPtOff = kStageOff + kStages * kStageBytes;  // [2][H][64], 64-byt
 constexpr int kRedOff = kPtOff + 2 * H * 64;              // float [4][H]
 constexpr int kConstOff = kRedOff + 4 * H * 4;            // float [H]
 constexpr int kSmemBytes = kConstOff + H * 4 + 1024;
-
-__device__ __forceinline__ int sw64(int row, int byte) {  // [rows][64 B], 64-byte swizzle
-  return row * 64 + ((((byte >> 4) ^ (row >> 1)) & 3) << 4) + (byte & 15);
-}
-// Byte offset of 16-byte chunk c (0..35) of row r in a [rows][576] region.
-__device__ __forceinline__ int row_chunk(int rows, int r, int c) {
-  return c < 32 ? (c >> 3) * (rows * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4) : 4 * rows * 128 + sw64(r, 16 * (c - 32));
-}
 
 __global__ void __launch_bounds__(128, BLOCKS_PER_SM) swapab_kernel(Params p) {
   extern __shared__ unsigned char smem_raw[];
@@ -416,8 +421,325 @@ __global__ void __launch_bounds__(128, BLOCKS_PER_SM) swapab_kernel(Params p) {
   }
 }
 
+}  // namespace h16
+
+// ---- 48 heads: two warpgroups a block, 128-token tiles (for suite case 10) ----
+// Warpgroup g computes S^T of the tile's tokens 64 g .. 64 g + 63 for all 48
+// heads, their softmax and P^T, and transposes their V in place; after a
+// block barrier it accumulates O^T for V's columns 256 g .. 256 g + 255 over
+// all 128 tokens. S runs [K | K] against [Q_hi | Q_lo] (m64n48k32, 36 k
+// steps), so its accumulator takes 24 registers instead of 48; O^T takes
+// 4 x 24. One block an SM (215 KB of shared memory).
+namespace h48 {
+
+constexpr int H = 48;
+constexpr int kTile = 2 * kT;                         // tokens an iteration
+constexpr int kQOff = 0;                              // Q^T: [9][48][128], rows Q_hi | Q_lo (1152 bytes)
+constexpr int kHalfBytes = 4 * kT * 128 + kT * 64;    // one warpgroup's 64 token rows
+constexpr int kRopeOff = 4 * kT * 128;                // within a half
+constexpr int kStageBytes = 2 * kHalfBytes;
+constexpr int kStageOff = 9 * H * 128;
+constexpr int kStages = 2;
+constexpr int kPtHalf = 2 * H * 64;                   // [hi, lo][48][64], 64-byte swizzle
+constexpr int kPtOff = kStageOff + kStages * kStageBytes;
+constexpr int kRedOff = kPtOff + 2 * kPtHalf;         // float [8 warps][48]
+constexpr int kConstOff = kRedOff + 8 * H * 4;        // float [48]
+constexpr int kSmemBytes = kConstOff + H * 4 + 1024;
+static_assert(kStageOff % 1024 == 0 && kHalfBytes % 1024 == 0, "stages on the 128-byte swizzle's period");
+static_assert(kSmemBytes <= 227 * 1024, "one block's shared memory");
+
+// m64n48k32 e4m3 (S^T of 48 heads, or an O^T slice of 64 columns x 48 heads).
+__device__ __forceinline__ void wgmma_n48(float (&d)[24], u64 a, u64 b, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %26, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n48k32.f32.e4m3.e4m3 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23}, %24, %25, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+      : "l"(a), "l"(b), "r"(acc));
+}
+
+__device__ __forceinline__ int col_of(int x, int lane) { return 8 * (x >> 1) + 2 * (lane & 3) + (x & 1); }
+
+__global__ void __launch_bounds__(256, 1) swapab_kernel(Params p) {
+  extern __shared__ unsigned char smem_raw[];
+  const u32 raw = smem_addr(smem_raw);
+  unsigned char* smem = smem_raw + (((raw + 1023u) & ~1023u) - raw);
+  const u32 base = smem_addr(smem);
+  const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, gwarp = tid >> 5, lane = tid & 31;
+  const int b = blockIdx.y, split = blockIdx.x;
+  const int ntiles = (p.kv_len + kTile - 1) / kTile;
+  const int per = (ntiles + p.splits - 1) / p.splits;
+  const int t_begin = min(ntiles, split * per), t_end = min(ntiles, t_begin + per);
+  const int n = t_end - t_begin;
+  float* red = reinterpret_cast<float*>(smem + kRedOff);
+  const float* c_s = reinterpret_cast<const float*>(smem + kConstOff);
+
+  // Copies: two threads to each of the tile's 128 token rows (row r in half r / 64).
+  const int load_row = tid >> 1, load_par = tid & 1, load_half = load_row >> 6, half_row = load_row & 63;
+  u32 dst_pair[9];
+#pragma unroll
+  for (int j = 0; j < 18; j += 2) {
+    dst_pair[j / 2] = static_cast<u32>(row_chunk(kT, half_row, load_par + 2 * j)) |
+                      static_cast<u32>(row_chunk(kT, half_row, load_par + 2 * j + 2)) << 16;
+  }
+  auto load_tile = [&](int tile, int stage) {
+    const int page = p.page_table[b * p.max_pages + 2 * tile + load_half];
+    const bool valid = tile * kTile + load_row < p.kv_len;
+    const unsigned char* src = p.kv + (static_cast<long long>(page) * kT + half_row) * kD + load_par * 16;
+    const u32 dst = base + kStageOff + stage * kStageBytes + load_half * kHalfBytes;
+#pragma unroll
+    for (int j = 0; j < 18; ++j) {
+      const u32 off = j % 2 == 0 ? dst_pair[j / 2] & 0xFFFFu : dst_pair[j / 2] >> 16;
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + off), "l"(src + 32 * j),
+                   "r"(valid ? 16 : 0));
+    }
+  };
+  if (n > 0) load_tile(t_begin, 0);
+  cp_async_commit();
+
+  // Q: four threads to a head, 8-element pieces j, j + 4, ...; Q_hi at bytes
+  // 0-575 of its Q^T row, Q_lo at 576-1151.
+  if (tid < 4 * H) {
+    const int h = tid >> 2, j = tid & 3;
+    const uint4* q = reinterpret_cast<const uint4*>(p.q + (static_cast<long long>(b) * H + h) * kD);
+    float amax = 0.0f;
+    for (int k = 0; k < 18; ++k) {
+      const uint4 v = q[j + 4 * k];
+      const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&v);
+#pragma unroll
+      for (int x = 0; x < 8; ++x) amax = fmaxf(amax, fabsf(__bfloat162float(e[x])));
+    }
+    for (int o = 1; o < 4; o *= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float qscale = amax > 0.0f ? exp2f(floorf(log2f(448.0f / amax))) : 1.0f;
+    for (int k = 0; k < 18; ++k) {
+      const uint4 v = q[j + 4 * k];
+      const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&v);
+      unsigned char hi[8], lo[8];
+#pragma unroll
+      for (int x = 0; x < 8; ++x) {
+        const float f = __bfloat162float(e[x]) * qscale;
+        const __nv_fp8_e4m3 fh(f);
+        const __nv_fp8_e4m3 fl(f - static_cast<float>(fh));
+        hi[x] = fh.__x;
+        lo[x] = fl.__x;
+      }
+#pragma unroll
+      for (int part = 0; part < 2; ++part) {
+        const int byte = part * kD + 8 * (j + 4 * k);
+        const int c = byte >> 4;
+        *reinterpret_cast<u64*>(smem + kQOff + (c >> 3) * (H * 128) + h * 128 + (((c & 7) ^ (h & 7)) << 4) +
+                                (byte & 8)) = *reinterpret_cast<u64*>(part == 0 ? hi : lo);
+      }
+    }
+    if (j == 0) {
+      reinterpret_cast<float*>(smem + kConstOff)[h] = p.softmax_scale * p.kv_scale * 1.4426950408889634f / qscale;
+    }
+    fence_proxy_async();
+  }
+  __syncthreads();
+
+  float m_ref[12], l_sum[12];
+#pragma unroll
+  for (int x = 0; x < 12; ++x) {
+    m_ref[x] = -INFINITY;
+    l_sum[x] = 0.0f;
+  }
+  float o[4][24];
+#pragma unroll
+  for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+    for (int x = 0; x < 24; ++x) o[mt][x] = 0.0f;
+  const int rot = (lane >> 1) & 3;
+  const u32 sel_a = (rot) | (4 + rot) << 4 | ((rot + 1) & 3) << 8 | (4 + ((rot + 1) & 3)) << 12;
+  const u32 sel_b = ((rot + 2) & 3) | (4 + ((rot + 2) & 3)) << 4 | ((rot + 3) & 3) << 8 | (4 + ((rot + 3) & 3)) << 12;
+  const u64 q_desc = desc(base + kQOff, 1024, 1);
+  const u64 k_desc0 = desc(base + kStageOff, 1024, 1), rope_desc0 = desc(base + kStageOff + kRopeOff, 512, 2);
+  const u64 vt_desc0 = desc(base + kStageOff, 512, 2), pt_desc = desc(base + kPtOff, 512, 2);
+  const u64 wg_step = static_cast<u64>((wg * kHalfBytes) >> 4);
+
+  for (int i = 0; i < n; ++i) {
+    const int tile = t_begin + i;
+    const int stage_off = kStageOff + (i % kStages) * kStageBytes;
+    const int half_off = stage_off + wg * kHalfBytes;
+    const u64 stage_step = static_cast<u64>(((i % kStages) * kStageBytes) >> 4);
+    cp_async_wait<0>();
+    fence_proxy_async();
+    wgmma_wait<0>();  // P V of the last tile: its stage (V^T) and P^T are free
+    __syncthreads();
+    if (i + 1 < n) load_tile(tile + 1, (i + 1) % kStages);
+    cp_async_commit();
+
+    float s[24];
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < 36; ++k) {
+      const int kk = k % 18;
+      const u64 da = kk < 16 ? k_desc0 + stage_step + wg_step + (((kk >> 2) * (kT * 128) + (kk & 3) * 32) >> 4)
+                             : rope_desc0 + stage_step + wg_step + (((kk - 16) * 32) >> 4);
+      const u64 db = q_desc + (((k >> 2) * (H * 128) + (k & 3) * 32) >> 4);
+      wgmma_n48(s, da, db, k > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    pin(s);
+
+    // Softmax of this warpgroup's tokens (columns: heads); reference maxima
+    // move for the whole block.
+    const int tok0 = 16 * warp + (lane >> 2);
+    const int pos0 = tile * kTile + 64 * wg + tok0;
+    float x[2][12];
+    bool need = false;
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+#pragma unroll
+      for (int c = 0; c < 12; ++c) {
+        const float v = s[4 * (c >> 1) + 2 * t + (c & 1)] * c_s[col_of(c, lane)];
+        x[t][c] = pos0 + 8 * t < p.kv_len ? v : -INFINITY;
+        need = need || x[t][c] > m_ref[c] + 8.0f;
+      }
+    }
+    if (__syncthreads_or(need)) {
+#pragma unroll
+      for (int c = 0; c < 12; ++c) {
+        float tm = fmaxf(x[0][c], x[1][c]);
+        for (int off = 4; off < 32; off *= 2) tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, off));
+        if (lane < 4) red[gwarp * H + col_of(c, lane)] = tm;
+      }
+      __syncthreads();
+#pragma unroll
+      for (int c = 0; c < 12; ++c) {
+        const int col = col_of(c, lane);
+        float tm = red[col];
+#pragma unroll
+        for (int w = 1; w < 8; ++w) tm = fmaxf(tm, red[w * H + col]);
+        const float m_new = tm > m_ref[c] + 8.0f ? tm : m_ref[c];
+        const float alpha = m_new == m_ref[c] ? 1.0f : exp2f_fast(m_ref[c] - m_new);
+        l_sum[c] *= alpha;
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt) {
+          o[mt][4 * (c >> 1) + (c & 1)] *= alpha;
+          o[mt][4 * (c >> 1) + 2 + (c & 1)] *= alpha;
+        }
+        m_ref[c] = m_new;
+      }
+    }
+    unsigned char* pt = smem + kPtOff + wg * kPtHalf;
+#pragma unroll
+    for (int c = 0; c < 12; ++c) {
+      const int col = col_of(c, lane);
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+        const float pv = x[t][c] == -INFINITY ? 0.0f : exp2f_fast(x[t][c] - m_ref[c]);
+        const __nv_fp8_e4m3 ph(pv);
+        const float phf = static_cast<float>(ph);
+        const __nv_fp8_e4m3 pl(pv - phf);
+        l_sum[c] += phf + static_cast<float>(pl);
+        pt[sw64(col, tok0 + 8 * t)] = ph.__x;
+        pt[H * 64 + sw64(col, tok0 + 8 * t)] = pl.__x;
+      }
+    }
+    // V^T in place in this warpgroup's half, as in the 16-head kernel.
+    {
+      u32 a[4][16];
+#pragma unroll
+      for (int tc = 0; tc < 4; ++tc) {
+#pragma unroll
+        for (int rr = 0; rr < 16; ++rr) {
+          const int r = 16 * tc + rr;
+          a[tc][rr] = *reinterpret_cast<const u32*>(smem + half_off + warp * (kT * 128) + r * 128 +
+                                                    ((((lane >> 2) ^ (r & 7)) & 7) << 4) + (lane & 3) * 4);
+        }
+      }
+      __syncwarp();
+#pragma unroll
+      for (int tc = 0; tc < 4; ++tc) {
+        u32 w[4][4];
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+          const u32 t0 = prmt(a[tc][4 * m], a[tc][4 * m + 1], sel_a), t1 = prmt(a[tc][4 * m], a[tc][4 * m + 1], sel_b);
+          const u32 t2 = prmt(a[tc][4 * m + 2], a[tc][4 * m + 3], sel_a);
+          const u32 t3 = prmt(a[tc][4 * m + 2], a[tc][4 * m + 3], sel_b);
+          w[0][m] = prmt(t0, t2, 0x5410);
+          w[1][m] = prmt(t0, t2, 0x7632);
+          w[2][m] = prmt(t1, t3, 0x5410);
+          w[3][m] = prmt(t1, t3, 0x7632);
+        }
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int d = 128 * warp + 4 * lane + ((k + rot) & 3);
+          *reinterpret_cast<uint4*>(smem + half_off + (d >> 6) * 4096 + sw64(d & 63, 16 * tc)) =
+              make_uint4(w[k][0], w[k][1], w[k][2], w[k][3]);
+        }
+      }
+    }
+    fence_proxy_async();
+    __syncthreads();  // both halves' P^T and V^T
+    wgmma_fence();
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt) {
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {  // half k / 4, part (k / 2) % 2, 32 tokens k % 2
+        const int h = k >> 2, part = (k >> 1) & 1, kk = k & 1;
+        const u64 da = vt_desc0 + stage_step + (((h * kHalfBytes) + (4 * wg + mt) * 4096 + kk * 32) >> 4);
+        const u64 db = pt_desc + ((h * kPtHalf + part * (H * 64) + kk * 32) >> 4);
+        wgmma_n48(o[mt], da, db, 1);
+      }
+    }
+    wgmma_commit();
+    // Retired here, not at the next tile's top as in the 16-head kernel: at
+    // 255 registers ptxas otherwise serialises every wgmma (C7515).
+    wgmma_wait<0>();
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt) pin(o[mt]);
+  }
+  wgmma_wait<0>();
+#pragma unroll
+  for (int mt = 0; mt < 4; ++mt) pin(o[mt]);
+
+  __syncthreads();
+#pragma unroll
+  for (int c = 0; c < 12; ++c) {
+    for (int off = 4; off < 32; off *= 2) l_sum[c] += __shfl_xor_sync(0xffffffffu, l_sum[c], off);
+    if (lane < 4) red[gwarp * H + col_of(c, lane)] = l_sum[c];
+  }
+  __syncthreads();
+  float l_tot[12];
+#pragma unroll
+  for (int c = 0; c < 12; ++c) {
+    const int col = col_of(c, lane);
+    l_tot[c] = 0.0f;
+#pragma unroll
+    for (int w = 0; w < 8; ++w) l_tot[c] += red[w * H + col];
+  }
+  const long long row0 = (static_cast<long long>(b) * p.splits + split) * H;
+#pragma unroll
+  for (int mt = 0; mt < 4; ++mt) {
+#pragma unroll
+    for (int reg = 0; reg < 24; ++reg) {
+      const int c = 2 * (reg >> 2) + (reg & 1);
+      const int head = col_of(c, lane);
+      const int dim = 256 * wg + 64 * mt + 16 * warp + (lane >> 2) + 8 * ((reg >> 1) & 1);
+      if (p.splits == 1) {
+        const float v = l_tot[c] > 0.0f ? o[mt][reg] * p.kv_scale / l_tot[c] : 0.0f;
+        p.out[(static_cast<long long>(b) * H + head) * kDV + dim] = __float2bfloat16(v);
+      } else {
+        p.part_o[(row0 + head) * kDV + dim] = o[mt][reg] * p.kv_scale;
+      }
+    }
+  }
+  if (p.splits > 1 && gwarp == 0 && lane < 4) {
+#pragma unroll
+    for (int c = 0; c < 12; ++c) {
+      p.part_ml[(row0 + col_of(c, lane)) * 2] = m_ref[c];
+      p.part_ml[(row0 + col_of(c, lane)) * 2 + 1] = l_tot[c];
+    }
+  }
+}
+
+}  // namespace h48
+
 // One block per (request, head): o = sum_s O_s 2^(m_s - M) / sum_s l_s 2^(m_s - M).
-__global__ void combine_kernel(const float* part_o, const float* part_ml, int splits, __nv_bfloat16* out) {
+__global__ void combine_kernel(const float* part_o, const float* part_ml, int splits, int H, __nv_bfloat16* out) {
   const int b = blockIdx.y, h = blockIdx.x;
   float m = -INFINITY;
   for (int s = 0; s < splits; ++s) m = fmaxf(m, part_ml[((static_cast<long long>(b) * splits + s) * H + h) * 2]);
@@ -438,6 +760,7 @@ __global__ void combine_kernel(const float* part_o, const float* part_ml, int sp
 
 // Reference: one block per (request, head), float, exact inputs.
 __global__ void reference_kernel(Params p, float* ref) {
+  const int H = p.heads;
   extern __shared__ float sh[];
   float* q = sh;            // 576
   float* sc = sh + kD;      // kv_len
@@ -487,7 +810,13 @@ int main(int argc, char** argv) {
   const bool verify = argc > 4 ? std::atoi(argv[4]) != 0 : true;
   // Timing only: the attention kernel without the combine (its output is then partial).
   const bool attention_only = argc > 5 && std::atoi(argv[5]) != 0;
-  const int max_pages = (L + kT - 1) / kT;
+  const int H = argc > 6 ? std::atoi(argv[6]) : 16;
+  if (H != 16 && H != 48) {
+    std::printf("heads must be 16 or 48\n");
+    return 2;
+  }
+  // Whole 128-token tiles of the 48-head kernel: an even number of pages.
+  const int max_pages = (L + 2 * kT - 1) / (2 * kT) * 2;
   const int pages = B * max_pages;
   std::mt19937 rng(1234);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -518,6 +847,7 @@ int main(int argc, char** argv) {
   p.q = d_q;
   p.kv = d_kv;
   p.page_table = d_table;
+  p.heads = H;
   p.max_pages = max_pages;
   p.kv_len = L;
   p.splits = splits;
@@ -526,10 +856,15 @@ int main(int argc, char** argv) {
   p.out = d_out;
   p.part_o = d_po;
   p.part_ml = d_pml;
-  CHECK(cudaFuncSetAttribute(swapab_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  CHECK(cudaFuncSetAttribute(h16::swapab_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, h16::kSmemBytes));
+  CHECK(cudaFuncSetAttribute(h48::swapab_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, h48::kSmemBytes));
   auto step = [&] {
-    swapab_kernel<<<dim3(splits, B), 128, kSmemBytes>>>(p);
-    if (splits > 1 && !attention_only) combine_kernel<<<dim3(H, B), 128>>>(d_po, d_pml, splits, d_out);
+    if (H == 16) {
+      h16::swapab_kernel<<<dim3(splits, B), 128, h16::kSmemBytes>>>(p);
+    } else {
+      h48::swapab_kernel<<<dim3(splits, B), 256, h48::kSmemBytes>>>(p);
+    }
+    if (splits > 1 && !attention_only) combine_kernel<<<dim3(H, B), 128>>>(d_po, d_pml, splits, H, d_out);
   };
   step();
   CHECK(cudaGetLastError());
@@ -584,6 +919,6 @@ int main(int argc, char** argv) {
   const double kv_bytes = static_cast<double>(B) * L * kD;
   const double gbs = kv_bytes / (us * 1e-6) / 1e9;
   std::printf("B=%d L=%d H=%d splits=%d blocks/SM=%d%s: %.1f us, %.0f GB/s, %.1f%% of copy (%.0f GB/s read+write), rel_l2 %.3e\n",
-              B, L, H, splits, BLOCKS_PER_SM, attention_only ? " (attention only)" : "", us, gbs, 100.0 * gbs / copy_gbs, copy_gbs, rel);
+              B, L, H, splits, H == 16 ? BLOCKS_PER_SM : 1, attention_only ? " (attention only)" : "", us, gbs, 100.0 * gbs / copy_gbs, copy_gbs, rel);
   return 0;
 }
