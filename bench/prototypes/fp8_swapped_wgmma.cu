@@ -116,6 +116,50 @@ __device__ __forceinline__ int row_chunk(int rows, int r, int c) {
   return c < 32 ? (c >> 3) * (rows * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4) : 4 * rows * 128 + sw64(r, 16 * (c - 32));
 }
 
+// V^T in place in a 64-token half stage at `half` ([4][64][128] V blocks):
+// warp w reads V columns 128 w .. 128 w + 127 of every token (its 8 KB
+// block) and writes them as V^T rows [8][64 columns][64 tokens] (64-byte
+// swizzle) of the same columns, which are the same 8 KB, so a warp-level
+// order suffices. Lane l writes its columns in the order rot, rot + 1, ...
+// (rot = (l / 2) % 4, built into the byte selectors), so a quarter-warp's
+// 16-byte stores fall on distinct bank groups.
+__device__ __forceinline__ void transpose_v_in_place(unsigned char* half, int warp, int lane) {
+  const int rot = (lane >> 1) & 3;
+  const u32 sel_a = (rot) | (4 + rot) << 4 | ((rot + 1) & 3) << 8 | (4 + ((rot + 1) & 3)) << 12;
+  const u32 sel_b = ((rot + 2) & 3) | (4 + ((rot + 2) & 3)) << 4 | ((rot + 3) & 3) << 8 | (4 + ((rot + 3) & 3)) << 12;
+  u32 a[4][16];
+#pragma unroll
+  for (int tc = 0; tc < 4; ++tc) {
+#pragma unroll
+    for (int rr = 0; rr < 16; ++rr) {
+      const int r = 16 * tc + rr;
+      a[tc][rr] = *reinterpret_cast<const u32*>(half + warp * (kT * 128) + r * 128 +
+                                                ((((lane >> 2) ^ (r & 7)) & 7) << 4) + (lane & 3) * 4);
+    }
+  }
+  __syncwarp();
+#pragma unroll
+  for (int tc = 0; tc < 4; ++tc) {
+    u32 w[4][4];  // [column rot + k][4-token word m]
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+      const u32 t0 = prmt(a[tc][4 * m], a[tc][4 * m + 1], sel_a), t1 = prmt(a[tc][4 * m], a[tc][4 * m + 1], sel_b);
+      const u32 t2 = prmt(a[tc][4 * m + 2], a[tc][4 * m + 3], sel_a);
+      const u32 t3 = prmt(a[tc][4 * m + 2], a[tc][4 * m + 3], sel_b);
+      w[0][m] = prmt(t0, t2, 0x5410);
+      w[1][m] = prmt(t0, t2, 0x7632);
+      w[2][m] = prmt(t1, t3, 0x5410);
+      w[3][m] = prmt(t1, t3, 0x7632);
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int d = 128 * warp + 4 * lane + ((k + rot) & 3);
+      *reinterpret_cast<uint4*>(half + (d >> 6) * 4096 + sw64(d & 63, 16 * tc)) =
+          make_uint4(w[k][0], w[k][1], w[k][2], w[k][3]);
+    }
+  }
+}
+
 // ---- 16 heads: one warpgroup a block, 64-token tiles ----
 namespace h16 {
 
@@ -226,11 +270,6 @@ __global__ void __launch_bounds__(128, BLOCKS_PER_SM) swapab_kernel(Params p) {
   for (int mt = 0; mt < 8; ++mt)
 #pragma unroll
     for (int x = 0; x < 8; ++x) o[mt][x] = 0.0f;
-  // Transposition selectors: dims (rot, rot + 1) and (rot + 2, rot + 3) first,
-  // so that each quarter-warp's 16-byte V^T stores hit distinct bank groups.
-  const int rot = (lane >> 1) & 3;
-  const u32 sel_a = (rot) | (4 + rot) << 4 | ((rot + 1) & 3) << 8 | (4 + ((rot + 1) & 3)) << 12;
-  const u32 sel_b = ((rot + 2) & 3) | (4 + ((rot + 2) & 3)) << 4 | ((rot + 3) & 3) << 8 | (4 + ((rot + 3) & 3)) << 12;
 
   const u64 q_desc = desc(base + kQOff, 1024, 1), q_rope_desc = desc(base + kQRopeOff, 512, 2);
   const u64 k_desc0 = desc(base + kStageOff, 1024, 1), rope_desc0 = desc(base + kStageOff + kRopeOff, 512, 2);
@@ -257,40 +296,7 @@ __global__ void __launch_bounds__(128, BLOCKS_PER_SM) swapab_kernel(Params p) {
     wgmma_commit();
     wgmma_wait<0>();
     pin(s);
-    // V^T in place: warp w reads dims 128 w .. 128 w + 127 of every token
-    // (its 8 KB block of the stage) and writes V^T rows of the same dims,
-    // which are the same 8 KB: a warp-level order suffices.
-    u32 a[4][16];
-#pragma unroll
-    for (int tc = 0; tc < 4; ++tc) {
-#pragma unroll
-      for (int rr = 0; rr < 16; ++rr) {
-        const int r = 16 * tc + rr;
-        a[tc][rr] = *reinterpret_cast<const u32*>(smem + stage_off + warp * (kT * 128) + r * 128 +
-                                                  ((((lane >> 2) ^ (r & 7)) & 7) << 4) + (lane & 3) * 4);
-      }
-    }
-    __syncwarp();
-#pragma unroll
-    for (int tc = 0; tc < 4; ++tc) {
-      u32 w[4][4];  // [dim k][4-token word m]
-#pragma unroll
-      for (int m = 0; m < 4; ++m) {
-        const u32 t0 = prmt(a[tc][4 * m], a[tc][4 * m + 1], sel_a), t1 = prmt(a[tc][4 * m], a[tc][4 * m + 1], sel_b);
-        const u32 t2 = prmt(a[tc][4 * m + 2], a[tc][4 * m + 3], sel_a);
-        const u32 t3 = prmt(a[tc][4 * m + 2], a[tc][4 * m + 3], sel_b);
-        w[0][m] = prmt(t0, t2, 0x5410);
-        w[1][m] = prmt(t0, t2, 0x7632);
-        w[2][m] = prmt(t1, t3, 0x5410);
-        w[3][m] = prmt(t1, t3, 0x7632);
-      }
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int d = 128 * warp + 4 * lane + ((k + rot) & 3);
-        *reinterpret_cast<uint4*>(smem + stage_off + (d >> 6) * 4096 + sw64(d & 63, 16 * tc)) =
-            make_uint4(w[k][0], w[k][1], w[k][2], w[k][3]);
-      }
-    }
+    transpose_v_in_place(smem + stage_off, warp, lane);
     fence_proxy_async();
     // Scores of tokens r0 = 16 warp + lane / 4 and r0 + 8, heads x.
     const int r0 = 16 * warp + lane / 4;
@@ -549,9 +555,6 @@ __global__ void __launch_bounds__(256, 1) swapab_kernel(Params p) {
   for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
     for (int x = 0; x < 24; ++x) o[mt][x] = 0.0f;
-  const int rot = (lane >> 1) & 3;
-  const u32 sel_a = (rot) | (4 + rot) << 4 | ((rot + 1) & 3) << 8 | (4 + ((rot + 1) & 3)) << 12;
-  const u32 sel_b = ((rot + 2) & 3) | (4 + ((rot + 2) & 3)) << 4 | ((rot + 3) & 3) << 8 | (4 + ((rot + 3) & 3)) << 12;
   const u64 q_desc = desc(base + kQOff, 1024, 1);
   const u64 k_desc0 = desc(base + kStageOff, 1024, 1), rope_desc0 = desc(base + kStageOff + kRopeOff, 512, 2);
   const u64 vt_desc0 = desc(base + kStageOff, 512, 2), pt_desc = desc(base + kPtOff, 512, 2);
@@ -638,40 +641,7 @@ __global__ void __launch_bounds__(256, 1) swapab_kernel(Params p) {
         pt[H * 64 + sw64(col, tok0 + 8 * t)] = pl.__x;
       }
     }
-    // V^T in place in this warpgroup's half, as in the 16-head kernel.
-    {
-      u32 a[4][16];
-#pragma unroll
-      for (int tc = 0; tc < 4; ++tc) {
-#pragma unroll
-        for (int rr = 0; rr < 16; ++rr) {
-          const int r = 16 * tc + rr;
-          a[tc][rr] = *reinterpret_cast<const u32*>(smem + half_off + warp * (kT * 128) + r * 128 +
-                                                    ((((lane >> 2) ^ (r & 7)) & 7) << 4) + (lane & 3) * 4);
-        }
-      }
-      __syncwarp();
-#pragma unroll
-      for (int tc = 0; tc < 4; ++tc) {
-        u32 w[4][4];
-#pragma unroll
-        for (int m = 0; m < 4; ++m) {
-          const u32 t0 = prmt(a[tc][4 * m], a[tc][4 * m + 1], sel_a), t1 = prmt(a[tc][4 * m], a[tc][4 * m + 1], sel_b);
-          const u32 t2 = prmt(a[tc][4 * m + 2], a[tc][4 * m + 3], sel_a);
-          const u32 t3 = prmt(a[tc][4 * m + 2], a[tc][4 * m + 3], sel_b);
-          w[0][m] = prmt(t0, t2, 0x5410);
-          w[1][m] = prmt(t0, t2, 0x7632);
-          w[2][m] = prmt(t1, t3, 0x5410);
-          w[3][m] = prmt(t1, t3, 0x7632);
-        }
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const int d = 128 * warp + 4 * lane + ((k + rot) & 3);
-          *reinterpret_cast<uint4*>(smem + half_off + (d >> 6) * 4096 + sw64(d & 63, 16 * tc)) =
-              make_uint4(w[k][0], w[k][1], w[k][2], w[k][3]);
-        }
-      }
-    }
+    transpose_v_in_place(smem + half_off, warp, lane);
     fence_proxy_async();
     __syncthreads();  // both halves' P^T and V^T
     wgmma_fence();
