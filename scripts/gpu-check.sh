@@ -4,7 +4,8 @@
 # /tmp/helixmla-gpu-check and, packed as one archive, to $OUT when set (the
 # device tool brings back only a few files); a short summary is printed last.
 #   scripts/gpu-check.sh [run] [tests] [multigpu] [helix] [bench] [probes] [variants] [tune] [sanitize] [ncu] [execute] [prototype]
-#   (default: tests sanitize bench; HELIXMLA_CHECK_BUDGET seconds, default 540)
+#   (default: tests sanitize bench; HELIXMLA_CHECK_BUDGET seconds, default 540;
+#   HELIXMLA_CHECK_KNOBS tensor-core knobs for the build, below)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=/tmp/helixmla-gpu-check
@@ -43,7 +44,12 @@ configure() {
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="80-virtual;90-real" \
     -DHELIXMLA_BUILD_BENCH=OFF "$@"
 }
-configure "$build" >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+# HELIXMLA_CHECK_KNOBS: tensor-core knobs (CMake's HELIXMLA_TC_KNOBS) for the
+# build every step uses, so tests and sanitizers run a knob's code path too
+# (the variants step only times knob builds).
+configure "$build" -DHELIXMLA_TC_KNOBS="${HELIXMLA_CHECK_KNOBS:-}" >"$out/configure.log" 2>&1 ||
+  { tail -30 "$out/configure.log"; exit 1; }
+[ -n "${HELIXMLA_CHECK_KNOBS:-}" ] && summary+=("knobs: $HELIXMLA_CHECK_KNOBS")
 if ! ninja -C "$build" -j "$(nproc)" >"$out/build.log" 2>&1; then
   grep -E "error|Error" "$out/build.log" | head -40
   exit 1
