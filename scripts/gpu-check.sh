@@ -242,9 +242,10 @@ if step prototype; then
   # shapes, then case 11 timed with and without its combine.
   if nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a bench/prototypes/fp8_swapped_wgmma.cu \
       -o "$out/fp8-prototype" >"$out/prototype-build.log" 2>&1; then
-    # 16 heads (suite case 11's shape), then 48 (case 10's): REQUESTS KV_LEN
-    # SPLITS VERIFY ATTENTION_ONLY HEADS.
-    for args in "3 1000 2" "128 8192 2" "128 8192 2 0 1" "3 1000 2 1 0 48" "64 16384 2 1 0 48" "64 16384 2 0 1 48"; do
+    # 16 heads (suite case 11's shape), then 48 (case 10's), each also with
+    # an attention sink: REQUESTS KV_LEN SPLITS VERIFY ATTENTION_ONLY HEADS SINK.
+    for args in "3 1000 2" "128 8192 2" "128 8192 2 0 1" "8 8192 2 1 0 16 1" "3 1000 2 1 0 48" "64 16384 2 1 0 48" \
+                "64 16384 2 0 1 48" "8 8192 2 1 0 48 1"; do
       timeout "$(within 60)" "$out/fp8-prototype" $args >>"$out/prototype.txt" 2>&1
     done
     timeout "$(within 120)" compute-sanitizer --tool memcheck "$out/fp8-prototype" 2 700 2 1 0 48 2>&1 | tail -1 >>"$out/prototype.txt"

@@ -13,7 +13,7 @@
 // an SM. One page (64 tokens) a tile; the reference is a float kernel; the
 // time is the mean of 50 back-to-back launches after warm-up.
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a fp8_swapped_wgmma.cu -o proto
-//   ./proto REQUESTS KV_LEN SPLITS [VERIFY=1] [ATTENTION_ONLY=0] [HEADS=16 (or 48)]
+//   ./proto REQUESTS KV_LEN SPLITS [VERIFY=1] [ATTENTION_ONLY=0] [HEADS=16 (or 48)] [SINK=0]
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -41,6 +41,11 @@ constexpr int kD = 576, kDV = 512, kT = 64;
 #ifndef BLOCKS_PER_SM
 #define BLOCKS_PER_SM 2
 #endif
+// P = 2^(x - m_ref + kPBias) <= 2^8 with its high part in e4m3 and its low
+// part in e5m2 (down to 2^-16, so an attention sink's long tail is kept);
+// the reference maximum moves when a score passes it by kSlack.
+constexpr float kSlack = 2.0f;
+constexpr float kPBias = 8.0f - kSlack;
 
 struct Params {
   const __nv_bfloat16* q;     // [B][H][576]
@@ -99,13 +104,20 @@ __device__ __forceinline__ void wgmma_s(float (&d)[16], u64 a, u64 b, int acc) {
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
       : "l"(a), "l"(b), "r"(acc));
 }
-// m64n16k32 e4m3 (O^T slice of 64 dims x 16 heads).
+// m64n16k32 (O^T slice of 64 dims x 16 heads): A e4m3 (V^T), B e4m3 (P's
+// high part) or e5m2 (its low part).
+template <bool B_E5M2>
 __device__ __forceinline__ void wgmma_o(float (&d)[8], u64 a, u64 b) {
-  asm volatile(
-      "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 "
-      "{%0,%1,%2,%3,%4,%5,%6,%7}, %8, %9, 1, 1, 1;\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-      : "l"(a), "l"(b));
+#define PROTO_WGMMA_O(TYPES)                                                                            \
+  asm volatile("wgmma.mma_async.sync.aligned.m64n16k32.f32." TYPES " {%0,%1,%2,%3,%4,%5,%6,%7}, %8, %9, 1, 1, 1;\n" \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]) \
+               : "l"(a), "l"(b))
+  if constexpr (B_E5M2) {
+    PROTO_WGMMA_O("e4m3.e5m2");
+  } else {
+    PROTO_WGMMA_O("e4m3.e4m3");
+  }
+#undef PROTO_WGMMA_O
 }
 
 __device__ __forceinline__ int sw64(int row, int byte) {  // [rows][64 B], 64-byte swizzle
@@ -296,8 +308,6 @@ __global__ void __launch_bounds__(128, BLOCKS_PER_SM) swapab_kernel(Params p) {
     wgmma_commit();
     wgmma_wait<0>();
     pin(s);
-    transpose_v_in_place(smem + stage_off, warp, lane);
-    fence_proxy_async();
     // Scores of tokens r0 = 16 warp + lane / 4 and r0 + 8, heads x.
     const int r0 = 16 * warp + lane / 4;
     float x[2][4];
@@ -310,7 +320,7 @@ __global__ void __launch_bounds__(128, BLOCKS_PER_SM) swapab_kernel(Params p) {
         const int reg = 4 * (h >> 1) + 2 * t + (h & 1);
         const float v = (s[reg] + s[reg + 8]) * c_h[h];
         x[t][h] = valid ? v : -INFINITY;
-        need = need || x[t][h] > m_ref[h] + 8.0f;
+        need = need || x[t][h] > m_ref[h] + kSlack;
       }
     }
     if (__syncthreads_or(need)) {
@@ -330,7 +340,7 @@ __global__ void __launch_bounds__(128, BLOCKS_PER_SM) swapab_kernel(Params p) {
       for (int h = 0; h < 4; ++h) {
         const int head = 8 * (h >> 1) + 2 * (lane % 4) + (h & 1);
         const float tm = fmaxf(fmaxf(red[head], red[H + head]), fmaxf(red[2 * H + head], red[3 * H + head]));
-        const float m_new = tm > m_ref[h] + 8.0f ? tm : m_ref[h];
+        const float m_new = tm > m_ref[h] + kSlack ? tm : m_ref[h];
         const float alpha = m_new == m_ref[h] ? 1.0f : exp2f_fast(m_ref[h] - m_new);
         l_sum[h] *= alpha;
 #pragma unroll
@@ -341,6 +351,9 @@ __global__ void __launch_bounds__(128, BLOCKS_PER_SM) swapab_kernel(Params p) {
         m_ref[h] = m_new;
       }
     }
+    // After the vote's barrier: a warp's 8 KB hold K of every token, which
+    // the other warps' share of S reads until each has waited for it.
+    transpose_v_in_place(smem + stage_off, warp, lane);
     unsigned char* pt = smem + kPtOff;
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
@@ -348,10 +361,10 @@ __global__ void __launch_bounds__(128, BLOCKS_PER_SM) swapab_kernel(Params p) {
 #pragma unroll
       for (int h = 0; h < 4; ++h) {
         const int head = 8 * (h >> 1) + 2 * (lane % 4) + (h & 1);
-        const float pv = exp2f_fast(x[t][h] - m_ref[h]);
+        const float pv = x[t][h] == -INFINITY ? 0.0f : exp2f_fast(x[t][h] - m_ref[h] + kPBias);
         const __nv_fp8_e4m3 ph(pv);
         const float phf = static_cast<float>(ph);
-        const __nv_fp8_e4m3 pl(pv - phf);
+        const __nv_fp8_e5m2 pl(pv - phf);
         l_sum[h] += phf + static_cast<float>(pl);
         pt[sw64(head, tok)] = ph.__x;
         pt[H * 64 + sw64(head, tok)] = pl.__x;
@@ -366,7 +379,11 @@ __global__ void __launch_bounds__(128, BLOCKS_PER_SM) swapab_kernel(Params p) {
       for (int k = 0; k < 4; ++k) {
         const u64 da = vt_desc0 + stage_step + ((mt * 4096 + (k & 1) * 32) >> 4);
         const u64 db = pt_desc + (((k >> 1) * (H * 64) + (k & 1) * 32) >> 4);
-        wgmma_o(o[mt], da, db);
+        if (k < 2) {
+          wgmma_o<false>(o[mt], da, db);
+        } else {
+          wgmma_o<true>(o[mt], da, db);
+        }
       }
     }
     wgmma_commit();
@@ -454,14 +471,25 @@ constexpr int kSmemBytes = kConstOff + H * 4 + 1024;
 static_assert(kStageOff % 1024 == 0 && kHalfBytes % 1024 == 0, "stages on the 128-byte swizzle's period");
 static_assert(kSmemBytes <= 227 * 1024, "one block's shared memory");
 
-// m64n48k32 e4m3 (S^T of 48 heads, or an O^T slice of 64 columns x 48 heads).
+// m64n48k32 (S^T of 48 heads, or an O^T slice of 64 columns x 48 heads): A
+// e4m3, B e4m3 or e5m2 (P's low part).
+template <bool B_E5M2>
 __device__ __forceinline__ void wgmma_n48(float (&d)[24], u64 a, u64 b, int acc) {
-  asm volatile(
+  if constexpr (B_E5M2) {
+    asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %26, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n48k32.f32.e4m3.e5m2 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23}, %24, %25, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+      : "l"(a), "l"(b), "r"(acc));
+  } else {
+    asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %26, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n48k32.f32.e4m3.e4m3 "
       "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23}, %24, %25, p, 1, 1;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
       : "l"(a), "l"(b), "r"(acc));
+  }
 }
 
 __device__ __forceinline__ int col_of(int x, int lane) { return 8 * (x >> 1) + 2 * (lane & 3) + (x & 1); }
@@ -580,7 +608,7 @@ __global__ void __launch_bounds__(256, 1) swapab_kernel(Params p) {
       const u64 da = kk < 16 ? k_desc0 + stage_step + wg_step + (((kk >> 2) * (kT * 128) + (kk & 3) * 32) >> 4)
                              : rope_desc0 + stage_step + wg_step + (((kk - 16) * 32) >> 4);
       const u64 db = q_desc + (((k >> 2) * (H * 128) + (k & 3) * 32) >> 4);
-      wgmma_n48(s, da, db, k > 0);
+      wgmma_n48<false>(s, da, db, k > 0);
     }
     wgmma_commit();
     wgmma_wait<0>();
@@ -598,7 +626,7 @@ __global__ void __launch_bounds__(256, 1) swapab_kernel(Params p) {
       for (int c = 0; c < 12; ++c) {
         const float v = s[4 * (c >> 1) + 2 * t + (c & 1)] * c_s[col_of(c, lane)];
         x[t][c] = pos0 + 8 * t < p.kv_len ? v : -INFINITY;
-        need = need || x[t][c] > m_ref[c] + 8.0f;
+        need = need || x[t][c] > m_ref[c] + kSlack;
       }
     }
     if (__syncthreads_or(need)) {
@@ -615,7 +643,7 @@ __global__ void __launch_bounds__(256, 1) swapab_kernel(Params p) {
         float tm = red[col];
 #pragma unroll
         for (int w = 1; w < 8; ++w) tm = fmaxf(tm, red[w * H + col]);
-        const float m_new = tm > m_ref[c] + 8.0f ? tm : m_ref[c];
+        const float m_new = tm > m_ref[c] + kSlack ? tm : m_ref[c];
         const float alpha = m_new == m_ref[c] ? 1.0f : exp2f_fast(m_ref[c] - m_new);
         l_sum[c] *= alpha;
 #pragma unroll
@@ -632,10 +660,10 @@ __global__ void __launch_bounds__(256, 1) swapab_kernel(Params p) {
       const int col = col_of(c, lane);
 #pragma unroll
       for (int t = 0; t < 2; ++t) {
-        const float pv = x[t][c] == -INFINITY ? 0.0f : exp2f_fast(x[t][c] - m_ref[c]);
+        const float pv = x[t][c] == -INFINITY ? 0.0f : exp2f_fast(x[t][c] - m_ref[c] + kPBias);
         const __nv_fp8_e4m3 ph(pv);
         const float phf = static_cast<float>(ph);
-        const __nv_fp8_e4m3 pl(pv - phf);
+        const __nv_fp8_e5m2 pl(pv - phf);
         l_sum[c] += phf + static_cast<float>(pl);
         pt[sw64(col, tok0 + 8 * t)] = ph.__x;
         pt[H * 64 + sw64(col, tok0 + 8 * t)] = pl.__x;
@@ -652,7 +680,11 @@ __global__ void __launch_bounds__(256, 1) swapab_kernel(Params p) {
         const int h = k >> 2, part = (k >> 1) & 1, kk = k & 1;
         const u64 da = vt_desc0 + stage_step + (((h * kHalfBytes) + (4 * wg + mt) * 4096 + kk * 32) >> 4);
         const u64 db = pt_desc + ((h * kPtHalf + part * (H * 64) + kk * 32) >> 4);
-        wgmma_n48(o[mt], da, db, 1);
+        if (part == 0) {
+          wgmma_n48<false>(o[mt], da, db, 1);
+        } else {
+          wgmma_n48<true>(o[mt], da, db, 1);
+        }
       }
     }
     wgmma_commit();
@@ -781,6 +813,7 @@ int main(int argc, char** argv) {
   // Timing only: the attention kernel without the combine (its output is then partial).
   const bool attention_only = argc > 5 && std::atoi(argv[5]) != 0;
   const int H = argc > 6 ? std::atoi(argv[6]) : 16;
+  const bool sink = argc > 7 && std::atoi(argv[7]) != 0;
   if (H != 16 && H != 48) {
     std::printf("heads must be 16 or 48\n");
     return 2;
@@ -797,6 +830,17 @@ int main(int argc, char** argv) {
   std::vector<int> table(pages);
   for (int i = 0; i < pages; ++i) table[i] = i;
   std::shuffle(table.begin(), table.end(), rng);
+  // An attention sink: each request's KV row 0 along head 0's query (e4m3
+  // +-0.375, by the sign of each query value), about 13 log2 units above the
+  // rest, whose small probabilities together still weigh on the output
+  // (P's e4m3 parts alone would flush them).
+  if (sink) {
+    for (int r = 0; r < B; ++r) {
+      unsigned char* row = kv.data() + static_cast<size_t>(table[static_cast<size_t>(r) * max_pages]) * kT * kD;
+      const __nv_bfloat16* qh = q.data() + static_cast<size_t>(r) * H * kD;
+      for (int d = 0; d < kD; ++d) row[d] = __nv_fp8_e4m3(__bfloat162float(qh[d]) < 0.0f ? -0.375f : 0.375f).__x;
+    }
+  }
 
   Params p{};
   __nv_bfloat16 *d_q, *d_out;
@@ -888,7 +932,7 @@ int main(int argc, char** argv) {
   const double copy_gbs = 2.0 * 10.0 * copy_bytes / (copy_ms * 1e-3) / 1e9;
   const double kv_bytes = static_cast<double>(B) * L * kD;
   const double gbs = kv_bytes / (us * 1e-6) / 1e9;
-  std::printf("B=%d L=%d H=%d splits=%d blocks/SM=%d%s: %.1f us, %.0f GB/s, %.1f%% of copy (%.0f GB/s read+write), rel_l2 %.3e\n",
-              B, L, H, splits, H == 16 ? BLOCKS_PER_SM : 1, attention_only ? " (attention only)" : "", us, gbs, 100.0 * gbs / copy_gbs, copy_gbs, rel);
+  std::printf("B=%d L=%d H=%d splits=%d blocks/SM=%d%s%s: %.1f us, %.0f GB/s, %.1f%% of copy (%.0f GB/s read+write), rel_l2 %.3e\n",
+              B, L, H, splits, H == 16 ? BLOCKS_PER_SM : 1, attention_only ? " (attention only)" : "", sink ? " (sink)" : "", us, gbs, 100.0 * gbs / copy_gbs, copy_gbs, rel);
   return 0;
 }
