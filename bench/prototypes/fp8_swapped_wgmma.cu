@@ -172,6 +172,79 @@ __device__ __forceinline__ void transpose_v_in_place(unsigned char* half, int wa
   }
 }
 
+// Eight bf16 values of Q, times a power-of-two scale, as e4m3 high parts
+// and e4m3 remainders.
+__device__ __forceinline__ void split_q8(const uint4& v, float qscale, unsigned char (&hi)[8], unsigned char (&lo)[8]) {
+  const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&v);
+#pragma unroll
+  for (int x = 0; x < 8; ++x) {
+    const float f = __bfloat162float(e[x]) * qscale;
+    const __nv_fp8_e4m3 fh(f);
+    const __nv_fp8_e4m3 fl(f - static_cast<float>(fh));
+    hi[x] = fh.__x;
+    lo[x] = fl.__x;
+  }
+}
+
+// Column x (0 .. COLS - 1) of a thread's S^T and O^T accumulators (m64nN):
+// 8 (x / 2) + 2 (lane % 4) + x % 2; its tokens (or V columns) are rows
+// 16 warp + lane / 4 and + 8.
+__device__ __forceinline__ int col_of(int x, int lane) { return 8 * (x >> 1) + 2 * (lane & 3) + (x & 1); }
+
+// The rare path of a tile whose vote says some column's reference maximum
+// moves: the tile's column maxima over the block's WARPS warps (through
+// `red`, [WARPS][N]), then each reference that is passed by more than
+// kSlack moves there and l and O's columns are rescaled.
+template <int N, int WARPS, int COLS, int MT, int ACC>
+__device__ __forceinline__ void move_references(float* red, int block_warp, int lane, const float (&x)[2][COLS],
+                                                float (&m_ref)[COLS], float (&l_sum)[COLS], float (&o)[MT][ACC]) {
+#pragma unroll
+  for (int c = 0; c < COLS; ++c) {
+    float tm = fmaxf(x[0][c], x[1][c]);
+    for (int off = 4; off < 32; off *= 2) tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, off));
+    if (lane < 4) red[block_warp * N + col_of(c, lane)] = tm;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int c = 0; c < COLS; ++c) {
+    const int col = col_of(c, lane);
+    float tm = red[col];
+#pragma unroll
+    for (int w = 1; w < WARPS; ++w) tm = fmaxf(tm, red[w * N + col]);
+    const float m_new = tm > m_ref[c] + kSlack ? tm : m_ref[c];
+    const float alpha = m_new == m_ref[c] ? 1.0f : exp2f_fast(m_ref[c] - m_new);
+    l_sum[c] *= alpha;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      o[mt][4 * (c >> 1) + (c & 1)] *= alpha;
+      o[mt][4 * (c >> 1) + 2 + (c & 1)] *= alpha;
+    }
+    m_ref[c] = m_new;
+  }
+}
+
+// P of a thread's tokens tok and tok + 8 in its COLS columns, biased and
+// split into an e4m3 high part (P^T rows 0 .. N - 1) and an e5m2 low part
+// (rows N .. 2 N - 1), 64 bytes a row; l sums what the matrix step multiplies.
+template <int N, int COLS>
+__device__ __forceinline__ void write_p(unsigned char* pt, int tok, int lane, const float (&x)[2][COLS],
+                                        const float (&m_ref)[COLS], float (&l_sum)[COLS]) {
+#pragma unroll
+  for (int c = 0; c < COLS; ++c) {
+    const int col = col_of(c, lane);
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      const float pv = x[t][c] == -INFINITY ? 0.0f : exp2f_fast(x[t][c] - m_ref[c] + kPBias);
+      const __nv_fp8_e4m3 ph(pv);
+      const float phf = static_cast<float>(ph);
+      const __nv_fp8_e5m2 pl(pv - phf);
+      l_sum[c] += phf + static_cast<float>(pl);
+      pt[sw64(col, tok + 8 * t)] = ph.__x;
+      pt[N * 64 + sw64(col, tok + 8 * t)] = pl.__x;
+    }
+  }
+}
+
 // ---- 16 heads: one warpgroup a block, 64-token tiles ----
 namespace h16 {
 
@@ -246,16 +319,8 @@ __global__ void __launch_bounds__(128, BLOCKS_PER_SM) swapab_kernel(Params p) {
     const float qscale = amax > 0.0f ? exp2f(floorf(log2f(448.0f / amax))) : 1.0f;
 #pragma unroll
     for (int k = 0; k < 9; ++k) {
-      const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&v[k]);
       unsigned char hi[8], lo[8];
-#pragma unroll
-      for (int x = 0; x < 8; ++x) {
-        const float f = __bfloat162float(e[x]) * qscale;
-        const __nv_fp8_e4m3 fh(f);
-        const __nv_fp8_e4m3 fl(f - static_cast<float>(fh));
-        hi[x] = fh.__x;
-        lo[x] = fl.__x;
-      }
+      split_q8(v[k], qscale, hi, lo);
       const int chunk8 = j + 8 * k;  // 8-byte piece of the 576-byte fp8 row
       const int c = chunk8 / 2, half = chunk8 % 2;
       *reinterpret_cast<u64*>(smem + kQOff + row_chunk(kNQ, h, c) + 8 * half) = *reinterpret_cast<u64*>(hi);
@@ -272,7 +337,7 @@ __global__ void __launch_bounds__(128, BLOCKS_PER_SM) swapab_kernel(Params p) {
   float c_h[4], m_ref[4], l_sum[4];
 #pragma unroll
   for (int x = 0; x < 4; ++x) {
-    const int h = 8 * (x >> 1) + 2 * (lane % 4) + (x & 1);
+    const int h = col_of(x, lane);
     c_h[x] = reinterpret_cast<const float*>(smem + kConstOff)[h];
     m_ref[x] = -INFINITY;
     l_sum[x] = 0.0f;
@@ -324,52 +389,12 @@ __global__ void __launch_bounds__(128, BLOCKS_PER_SM) swapab_kernel(Params p) {
       }
     }
     if (__syncthreads_or(need)) {
-      float* red = reinterpret_cast<float*>(smem + kRedOff);
-      float tmax[4];
-#pragma unroll
-      for (int h = 0; h < 4; ++h) {
-        tmax[h] = fmaxf(x[0][h], x[1][h]);
-        for (int off = 4; off < 32; off *= 2) tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], off));
-      }
-      if (lane < 4) {
-#pragma unroll
-        for (int h = 0; h < 4; ++h) red[warp * H + 8 * (h >> 1) + 2 * lane + (h & 1)] = tmax[h];
-      }
-      __syncthreads();
-#pragma unroll
-      for (int h = 0; h < 4; ++h) {
-        const int head = 8 * (h >> 1) + 2 * (lane % 4) + (h & 1);
-        const float tm = fmaxf(fmaxf(red[head], red[H + head]), fmaxf(red[2 * H + head], red[3 * H + head]));
-        const float m_new = tm > m_ref[h] + kSlack ? tm : m_ref[h];
-        const float alpha = m_new == m_ref[h] ? 1.0f : exp2f_fast(m_ref[h] - m_new);
-        l_sum[h] *= alpha;
-#pragma unroll
-        for (int mt = 0; mt < 8; ++mt) {
-          o[mt][4 * (h >> 1) + (h & 1)] *= alpha;
-          o[mt][4 * (h >> 1) + 2 + (h & 1)] *= alpha;
-        }
-        m_ref[h] = m_new;
-      }
+      move_references<H, 4>(reinterpret_cast<float*>(smem + kRedOff), warp, lane, x, m_ref, l_sum, o);
     }
     // After the vote's barrier: a warp's 8 KB hold K of every token, which
     // the other warps' share of S reads until each has waited for it.
     transpose_v_in_place(smem + stage_off, warp, lane);
-    unsigned char* pt = smem + kPtOff;
-#pragma unroll
-    for (int t = 0; t < 2; ++t) {
-      const int tok = r0 + 8 * t;
-#pragma unroll
-      for (int h = 0; h < 4; ++h) {
-        const int head = 8 * (h >> 1) + 2 * (lane % 4) + (h & 1);
-        const float pv = x[t][h] == -INFINITY ? 0.0f : exp2f_fast(x[t][h] - m_ref[h] + kPBias);
-        const __nv_fp8_e4m3 ph(pv);
-        const float phf = static_cast<float>(ph);
-        const __nv_fp8_e5m2 pl(pv - phf);
-        l_sum[h] += phf + static_cast<float>(pl);
-        pt[sw64(head, tok)] = ph.__x;
-        pt[H * 64 + sw64(head, tok)] = pl.__x;
-      }
-    }
+    write_p<H>(smem + kPtOff, r0, lane, x, m_ref, l_sum);
     fence_proxy_async();
     __syncthreads();
     wgmma_fence();
@@ -407,7 +432,7 @@ __global__ void __launch_bounds__(128, BLOCKS_PER_SM) swapab_kernel(Params p) {
   float l_tot[4];
 #pragma unroll
   for (int h = 0; h < 4; ++h) {
-    const int head = 8 * (h >> 1) + 2 * (lane % 4) + (h & 1);
+    const int head = col_of(h, lane);
     l_tot[h] = red[head] + red[H + head] + red[2 * H + head] + red[3 * H + head];
   }
   if (p.splits == 1) {
@@ -416,7 +441,7 @@ __global__ void __launch_bounds__(128, BLOCKS_PER_SM) swapab_kernel(Params p) {
 #pragma unroll
       for (int reg = 0; reg < 8; ++reg) {
         const int h = 2 * (reg >> 2) + (reg & 1);
-        const int head = 8 * (reg >> 2) + 2 * (lane % 4) + (reg & 1);
+        const int head = col_of(2 * (reg >> 2) + (reg & 1), lane);
         const int dim = 64 * mt + 16 * warp + lane / 4 + 8 * ((reg >> 1) & 1);
         const float v = l_tot[h] > 0.0f ? o[mt][reg] * p.kv_scale / l_tot[h] : 0.0f;
         p.out[(static_cast<long long>(b) * H + head) * kDV + dim] = __float2bfloat16(v);
@@ -428,7 +453,7 @@ __global__ void __launch_bounds__(128, BLOCKS_PER_SM) swapab_kernel(Params p) {
     for (int mt = 0; mt < 8; ++mt) {
 #pragma unroll
       for (int reg = 0; reg < 8; ++reg) {
-        const int head = 8 * (reg >> 2) + 2 * (lane % 4) + (reg & 1);
+        const int head = col_of(2 * (reg >> 2) + (reg & 1), lane);
         const int dim = 64 * mt + 16 * warp + lane / 4 + 8 * ((reg >> 1) & 1);
         p.part_o[(row0 + head) * kDV + dim] = o[mt][reg] * p.kv_scale;
       }
@@ -492,8 +517,6 @@ __device__ __forceinline__ void wgmma_n48(float (&d)[24], u64 a, u64 b, int acc)
   }
 }
 
-__device__ __forceinline__ int col_of(int x, int lane) { return 8 * (x >> 1) + 2 * (lane & 3) + (x & 1); }
-
 __global__ void __launch_bounds__(256, 1) swapab_kernel(Params p) {
   extern __shared__ unsigned char smem_raw[];
   const u32 raw = smem_addr(smem_raw);
@@ -547,16 +570,8 @@ __global__ void __launch_bounds__(256, 1) swapab_kernel(Params p) {
     const float qscale = amax > 0.0f ? exp2f(floorf(log2f(448.0f / amax))) : 1.0f;
     for (int k = 0; k < 18; ++k) {
       const uint4 v = q[j + 4 * k];
-      const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&v);
       unsigned char hi[8], lo[8];
-#pragma unroll
-      for (int x = 0; x < 8; ++x) {
-        const float f = __bfloat162float(e[x]) * qscale;
-        const __nv_fp8_e4m3 fh(f);
-        const __nv_fp8_e4m3 fl(f - static_cast<float>(fh));
-        hi[x] = fh.__x;
-        lo[x] = fl.__x;
-      }
+      split_q8(v, qscale, hi, lo);
 #pragma unroll
       for (int part = 0; part < 2; ++part) {
         const int byte = part * kD + 8 * (j + 4 * k);
@@ -629,46 +644,8 @@ __global__ void __launch_bounds__(256, 1) swapab_kernel(Params p) {
         need = need || x[t][c] > m_ref[c] + kSlack;
       }
     }
-    if (__syncthreads_or(need)) {
-#pragma unroll
-      for (int c = 0; c < 12; ++c) {
-        float tm = fmaxf(x[0][c], x[1][c]);
-        for (int off = 4; off < 32; off *= 2) tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, off));
-        if (lane < 4) red[gwarp * H + col_of(c, lane)] = tm;
-      }
-      __syncthreads();
-#pragma unroll
-      for (int c = 0; c < 12; ++c) {
-        const int col = col_of(c, lane);
-        float tm = red[col];
-#pragma unroll
-        for (int w = 1; w < 8; ++w) tm = fmaxf(tm, red[w * H + col]);
-        const float m_new = tm > m_ref[c] + kSlack ? tm : m_ref[c];
-        const float alpha = m_new == m_ref[c] ? 1.0f : exp2f_fast(m_ref[c] - m_new);
-        l_sum[c] *= alpha;
-#pragma unroll
-        for (int mt = 0; mt < 4; ++mt) {
-          o[mt][4 * (c >> 1) + (c & 1)] *= alpha;
-          o[mt][4 * (c >> 1) + 2 + (c & 1)] *= alpha;
-        }
-        m_ref[c] = m_new;
-      }
-    }
-    unsigned char* pt = smem + kPtOff + wg * kPtHalf;
-#pragma unroll
-    for (int c = 0; c < 12; ++c) {
-      const int col = col_of(c, lane);
-#pragma unroll
-      for (int t = 0; t < 2; ++t) {
-        const float pv = x[t][c] == -INFINITY ? 0.0f : exp2f_fast(x[t][c] - m_ref[c] + kPBias);
-        const __nv_fp8_e4m3 ph(pv);
-        const float phf = static_cast<float>(ph);
-        const __nv_fp8_e5m2 pl(pv - phf);
-        l_sum[c] += phf + static_cast<float>(pl);
-        pt[sw64(col, tok0 + 8 * t)] = ph.__x;
-        pt[H * 64 + sw64(col, tok0 + 8 * t)] = pl.__x;
-      }
-    }
+    if (__syncthreads_or(need)) move_references<H, 8>(red, gwarp, lane, x, m_ref, l_sum, o);
+    write_p<H>(smem + kPtOff + wg * kPtHalf, tok0, lane, x, m_ref, l_sum);
     transpose_v_in_place(smem + half_off, warp, lane);
     fence_proxy_async();
     __syncthreads();  // both halves' P^T and V^T
