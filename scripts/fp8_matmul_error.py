@@ -10,8 +10,9 @@ for comparison with the fp8 tolerance of 3e-2. float64 throughout; the
 e4m3 rounding is written out (round half to even, saturating at 448).
 
 The last two columns split Q and P into e4m3 high and low parts (x = hi +
-lo, lo = e4m3(x - hi)), as bench/prototypes/fp8_swapped_wgmma.cu does, with
-l summed from the rounded parts. P's scale: the prototype's lazy rescaling
+lo, lo = e4m3(x - hi)), as session 16's swapped fp8 prototype did (branch
+swapped-fp8; bench/RESULTS.md, sessions 16-17), with l summed from the
+rounded parts. P's scale: the prototype's lazy rescaling
 keeps P = 2^(x - m_ref) in (0, 2^8], so a tile's P is scaled by 2^0 (the
 reference maximum just moved to the tile's maximum) up to 2^8; both ends.
 """

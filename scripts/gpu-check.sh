@@ -3,7 +3,7 @@
 # skipped (and said so) once the time budget is spent. Logs go to
 # /tmp/helixmla-gpu-check and, packed as one archive, to $OUT when set (the
 # device tool brings back only a few files); a short summary is printed last.
-#   scripts/gpu-check.sh [run] [tests] [multigpu] [helix] [bench] [probes] [variants] [tune] [sanitize] [ncu] [execute] [prototype]
+#   scripts/gpu-check.sh [run] [tests] [multigpu] [helix] [bench] [probes] [variants] [tune] [sanitize] [ncu] [execute]
 #   (default: tests sanitize bench; HELIXMLA_CHECK_BUDGET seconds, default 540;
 #   HELIXMLA_CHECK_KNOBS tensor-core knobs for the build, below)
 set -uo pipefail
@@ -237,24 +237,6 @@ if step execute; then
   "$build/helixmla" sweep --execute --max-seconds "$left" >"$out/sweep-execute.txt" 2>"$out/sweep-execute.err"
   summary+=("sweep --execute exit $?: $(tail -1 "$out/sweep-execute.txt") [$(elapsed) s]")
 fi
-if step prototype; then
-  # bench/prototypes/fp8_swapped_wgmma.cu: verified small and suite-case-11
-  # shapes, then case 11 timed with and without its combine.
-  if nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a bench/prototypes/fp8_swapped_wgmma.cu \
-      -o "$out/fp8-prototype" >"$out/prototype-build.log" 2>&1; then
-    # 16 heads (suite case 11's shape), then 48 (case 10's), each also with
-    # an attention sink: REQUESTS KV_LEN SPLITS VERIFY ATTENTION_ONLY HEADS SINK.
-    for args in "3 1000 2" "128 8192 2" "128 8192 2 0 1" "8 8192 2 1 0 16 1" "3 1000 2 1 0 48" "64 16384 2 1 0 48" \
-                "64 16384 2 0 1 48" "8 8192 2 1 0 48 1"; do
-      timeout "$(within 60)" "$out/fp8-prototype" $args >>"$out/prototype.txt" 2>&1
-    done
-    timeout "$(within 120)" compute-sanitizer --tool memcheck "$out/fp8-prototype" 2 700 2 1 0 48 2>&1 | tail -1 >>"$out/prototype.txt"
-    summary+=("fp8 prototype: $(tr '\n' ';' <"$out/prototype.txt") [$(elapsed) s]")
-  else
-    summary+=("fp8 prototype: build failed: $(grep -m1 error "$out/prototype-build.log")")
-  fi
-fi
-
 [ -n "${OUT:-}" ] && tar czf "$OUT/gpu-check-logs.tgz" -C "$out" .
 echo
 echo "==== helixmla gpu-check summary ===="
