@@ -1,6 +1,7 @@
 #include "cuda/tensorcore_jit.hpp"
 
 #include <cuda_runtime.h>
+#include <fmt/format.h>
 
 #include <map>
 #include <mutex>
@@ -73,16 +74,15 @@ NvrtcProgram tensorcore_jit_program(const TensorcoreVariant& variant, const std:
   program.name = variant.name() + ".cu";
   program.arch = arch;
   program.options = {"-std=c++17"};
-  const std::string args = std::to_string(variant.rows) + ", " + std::to_string(variant.page_size) +
-                           ", " + std::to_string(variant.elem_kind()) + ", " +
-                           std::to_string(variant.kv_kind()) + ", " +
-                           std::to_string(variant.engine_kind()) + ", " + std::to_string(variant.build_blocks());
-  program.source = std::string(kTensorcoreKernelSource) +
-                   "\nextern \"C\" __global__ void __launch_bounds__(helixmla_tc::kThreads, "
-                   "helixmla_tc::Config<" + std::to_string(variant.rows) + ", " +
-                   std::to_string(variant.kv_kind()) + ", " + std::to_string(variant.engine_kind()) + ", " +
-                   std::to_string(variant.build_blocks()) + ">::kBlocksPerSm)\n" + kTensorcoreJitEntry +
-                   "(helixmla_tc::Params p) {\n  helixmla_tc::decode_tile<" + args + ">(p);\n}\n";
+  // The variant's Config and decode_tile arguments, in their template order.
+  const std::string config = fmt::format("{}, {}, {}, {}", variant.rows, variant.kv_kind(), variant.engine_kind(),
+                                         variant.build_blocks());
+  const std::string args = fmt::format("{}, {}, {}, {}, {}, {}", variant.rows, variant.page_size, variant.elem_kind(),
+                                       variant.kv_kind(), variant.engine_kind(), variant.build_blocks());
+  program.source = fmt::format(
+      "{}\nextern \"C\" __global__ void __launch_bounds__(helixmla_tc::kThreads, "
+      "helixmla_tc::Config<{}>::kBlocksPerSm)\n{}(helixmla_tc::Params p) {{\n  helixmla_tc::decode_tile<{}>(p);\n}}\n",
+      kTensorcoreKernelSource, config, kTensorcoreJitEntry, args);
   return program;
 }
 
