@@ -75,33 +75,46 @@ std::int64_t makespan(const CostCounts& costs, std::int32_t slots, std::pmr::mem
   return finish;
 }
 
-// Split counts worth estimating: every small count, and the counts that make
-// one to four full waves when few long requests need many more splits than
-// the small counts give (two 1M-token requests on 264 block slots).
-std::vector<std::int64_t> split_candidates(std::size_t units, std::int32_t slots) {
-  std::vector<std::int64_t> counts;
-  for (std::int64_t s = 1; s <= kMaxSplitsSearched; ++s) counts.push_back(s);
+// Split chunks (in KV tiles) worth estimating, longest first: the longest
+// row tile in 1 to 64 equal parts, and the chunks that spread all the tiles
+// over one to four full waves of block slots. The second kind is what a few
+// long requests need: two 1M-token requests on 264 slots want far more than
+// 64 splits each, and one 128K-token request among short ones wants its
+// splits sized by everyone's tiles, not by its own.
+std::vector<std::int64_t> chunk_candidates(std::int64_t longest, std::int64_t total_tiles, std::size_t units,
+                                           std::int32_t slots) {
+  std::vector<std::int64_t> chunks;
+  for (std::int64_t s = 1; s <= kMaxSplitsSearched; ++s) chunks.push_back(ceil_div(longest, s));
   for (std::int64_t waves = 1; waves <= 4; ++waves) {
-    const std::int64_t s = ceil_div(waves * slots, static_cast<std::int64_t>(units));
-    if (s > kMaxSplitsSearched) counts.push_back(s);
+    chunks.push_back(ceil_div(total_tiles, waves * slots));
+    chunks.push_back(ceil_div(longest, ceil_div(waves * slots, static_cast<std::int64_t>(units))));
   }
-  return counts;
+  std::ranges::sort(chunks, std::greater<>());
+  const auto [first, last] = std::ranges::unique(chunks);
+  chunks.erase(first, last);
+  std::erase_if(chunks, [&](std::int64_t c) { return c < 1 || c > longest; });
+  return chunks;
 }
 
 // The split chunk (in KV tiles) that finishes soonest; no split when none helps.
 std::int64_t choose_chunk(const std::vector<Unit>& units, std::int32_t slots) {
   if (units.empty()) return 1;
   std::map<std::int64_t, std::int64_t> units_of_tiles;  // KV tiles -> row tiles with that many
-  for (const Unit& u : units) ++units_of_tiles[u.tiles()];
+  std::int64_t total_tiles = 0;
+  for (const Unit& u : units) {
+    ++units_of_tiles[u.tiles()];
+    total_tiles += u.tiles();
+  }
   const std::int64_t longest = units_of_tiles.rbegin()->first;
   std::int64_t best_chunk = std::max<std::int64_t>(longest, 1);
   if (units.size() >= static_cast<std::size_t>(4) * slots) return best_chunk;
   std::int64_t best_time = -1;
-  for (const std::int64_t s : split_candidates(units.size(), slots)) {
-    const std::int64_t chunk = ceil_div(longest, s);
-    if (s > 1 && (chunk < kMinSplitTiles || units.size() * s > static_cast<std::size_t>(8) * slots)) {
-      break;
-    }
+  for (const std::int64_t chunk : chunk_candidates(longest, total_tiles, units.size(), slots)) {
+    const bool split = chunk < longest;
+    // Chunks only shrink from here, so the item count only grows.
+    std::int64_t items = 0;
+    for (const auto& [tiles, count] : units_of_tiles) items += splits_for(tiles, chunk) * count;
+    if (split && (chunk < kMinSplitTiles || items > static_cast<std::int64_t>(8) * slots)) break;
     // The candidate's maps live in a stack buffer: the search runs on every
     // step, and their nodes were most of its time in the heap allocator.
     std::array<std::byte, 8192> buffer;
@@ -109,10 +122,8 @@ std::int64_t choose_chunk(const std::vector<Unit>& units, std::int32_t slots) {
     // Each row tile's splits: `whole` of `per` tiles, then the rest (possibly
     // none), then empty splits up to n.
     CostCounts costs(&arena);
-    bool split = false;
     for (const auto& [tiles, count] : units_of_tiles) {
       const std::int64_t n = splits_for(tiles, chunk);
-      split = split || n > 1;
       const std::int64_t per = ceil_div(tiles, n);
       const std::int64_t whole = per > 0 ? tiles / per : 0;
       if (whole > 0) costs[per + kItemOverheadTiles] += whole * count;

@@ -352,6 +352,35 @@ TEST(TensorcorePlan, SixtyFourLongRequestsSplitInTwo) {
   expect_plan_covers(d.problem, d.plan);
 }
 
+// One long request among short ones: its splits are sized by the tiles of
+// the whole batch, so no block holds more than an even share of them. The
+// search used to bound the split count by (row tiles x splits), as if every
+// row tile split alike, which left the 128K request of 128 heads in eight
+// 512-tile items beside 157 tiles a block slot (3.3x the balanced time).
+TEST(TensorcorePlan, OneLongRequestAmongShortOnesIsSplitByEveryonesTiles) {
+  struct Case {
+    std::int32_t heads, rows, slots, long_kv;
+  };
+  for (const Case c : {Case{128, 64, 132, 131072}, Case{16, 16, 264, 1048576}, Case{64, 64, 132, 32768}}) {
+    testing::BatchSpec spec = decode_metadata(c.heads, 64, c.long_kv);
+    for (std::int32_t i = 1; i < spec.generations; ++i) spec.kv_len.push_back(2048 + 37 * i);
+    testing::SyntheticBatch batch(spec);
+    const Problem problem = batch.problem();
+    const TensorcorePlan plan = plan_tensorcore(problem, c.rows, c.slots);
+    std::int64_t total_tiles = 0;
+    std::int64_t longest_tiles = 0;
+    for (const helixmla_tc::WorkItem& item : plan.items) {
+      constexpr std::int64_t kTile = helixmla_tc::kTileTokens;
+      const std::int64_t tiles = (item.kv_end - item.kv_begin + kTile - 1) / kTile;
+      total_tiles += tiles;
+      longest_tiles = std::max(longest_tiles, tiles);
+    }
+    EXPECT_LE(longest_tiles, (total_tiles + c.slots - 1) / c.slots)
+        << c.heads << " heads, one request of " << c.long_kv << " tokens";
+    expect_plan_covers(problem, plan);
+  }
+}
+
 // Byte-equal plans: the same items, segments and workspace layout.
 void expect_same_plan(const TensorcorePlan& a, const TensorcorePlan& b) {
   ASSERT_EQ(a.items.size(), b.items.size());
