@@ -108,9 +108,11 @@ if step bench; then
 fi
 if step probes; then
   # The probe suites under bench/ (fixed cost against tiles; page sizes;
-  # 32-row shapes on a 32-row tile against a 64-row one), each case with
-  # its gather ceiling: a plain read of its KV rows through its page tables.
-  for suite in bench/fixed-cost-probe.csv bench/page-size-probe.csv bench/row-tile-probe.csv; do
+  # 32-row shapes on a 32-row tile against a 64-row one; one long request
+  # among short ones), each case with its gather ceiling: a plain read of
+  # its KV rows through its page tables.
+  for suite in bench/fixed-cost-probe.csv bench/page-size-probe.csv bench/row-tile-probe.csv \
+    bench/mixed-length-probe.csv; do
     name=$(basename "$suite" .csv)
     timeout "$(within 150)" "$build/helixmla" bench --suite "$suite" --no-verify --gather >"$out/$name.txt" 2>&1
     summary+=("$name exit $? [$(elapsed) s]")

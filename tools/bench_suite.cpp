@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <fstream>
+#include <algorithm>
 #include <map>
 
 #include "comma_list.hpp"
@@ -56,11 +57,21 @@ std::vector<BenchCase> load_suite(const std::string& path) {
     c.q_len = parse_int(f[2], cell(path, number, "q_len"));
     // Bounded so a typo cannot make the loader build a list of 2^30 lengths.
     c.batch = parse_int(f[3], cell(path, number, "batch"), 1L << 20);
-    const std::int32_t kv_len = f[4] == "var" ? 0 : parse_int(f[4], cell(path, number, "kv_len"));
+    // "var": the suite's deterministic spread of lengths; otherwise one
+    // length, or several separated by ';' and cycled over the requests (a
+    // mixed batch, as `run --kv-len` cycles its comma list).
+    std::vector<std::int32_t> lengths;
+    if (f[4] != "var") {
+      for (std::size_t at = 0; at <= f[4].size();) {
+        const std::size_t end = std::min(f[4].find(';', at), f[4].size());
+        lengths.push_back(parse_int(f[4].substr(at, end - at), cell(path, number, "kv_len")));
+        at = end + 1;
+      }
+    }
     for (std::int32_t i = 0; i < c.batch; ++i) {
-      // "var": the suite's deterministic spread of lengths.
-      c.kv_len.push_back(f[4] == "var" ? 1024 + static_cast<std::int32_t>((static_cast<std::int64_t>(i) * 7919) % 15361)
-                                       : kv_len);
+      c.kv_len.push_back(lengths.empty()
+                             ? 1024 + static_cast<std::int32_t>((static_cast<std::int64_t>(i) * 7919) % 15361)
+                             : lengths[static_cast<std::size_t>(i) % lengths.size()]);
     }
     c.page_size = parse_int(f[5], cell(path, number, "page_size"));
     const auto dtype = parse_kv_dtype(f[6]);

@@ -225,7 +225,7 @@ class GenericBackend final : public Backend {
     combine.segments = reinterpret_cast<const SplitSegment*>(base + layout.segments);
     combine.num_segments = static_cast<std::int32_t>(plan.segments.size());
     combine.total_rows = plan.split_rows;
-    combine.max_splits = plan.max_splits;
+    combine.wide_rows = plan.wide_split_rows;
     combine.partial_out = params.partial_out;
     combine.partial_stats = params.partial_stats;
     combine.kv_lora_rank = phase.dims.kv_lora_rank;

@@ -109,8 +109,8 @@ GenericWorkPlan plan_generic_work(const Problem& phase, int sm_count) {
     }
     plan.split_rows += g.rows;
     plan.entries += g.rows * splits;
-    plan.max_splits = std::max(plan.max_splits, segment.splits);
   }
+  plan.wide_split_rows = arrange_split_segments(plan.segments);
   // Long ranges first: the blocks that start last are the short ones, which
   // trims the tail of the grid.
   std::stable_sort(plan.items.begin(), plan.items.end(), [](const GenericWorkItem& a, const GenericWorkItem& b) {

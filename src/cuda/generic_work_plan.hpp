@@ -24,7 +24,7 @@ struct GenericWorkPlan {
   std::vector<std::int32_t> token_bounds; // [tokens] visible KV prefix per query token
   std::int64_t split_rows = 0;            // rows that go through the combine
   std::int64_t entries = 0;               // (row, split) partials
-  int max_splits = 1;
+  std::int64_t wide_split_rows = 0;       // SplitCombineArgs::wide_rows
 };
 
 // `phase` is a validated part (or whole single-phase batch). The plan aims

@@ -1,5 +1,6 @@
 #include "cuda/split_combine.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -12,7 +13,8 @@ namespace helixmla::cuda {
 
 namespace {
 
-// Two shapes of kernel, by the largest split count:
+// Two shapes of kernel, by each segment's split count (rows ordered by
+// arrange_split_segments, one launch per shape):
 // - Rows with a few splits (many requests, the common case): a warp per
 //   row over all its columns, eight rows to a block, each lane with four
 //   float4 loads per split in flight. One single-warp block per (row, 128
@@ -26,7 +28,6 @@ namespace {
 constexpr int kRowsPerBlock = 8;
 constexpr int kColumnsPerBlock = 32 * 4;
 constexpr int kWideLanes = 16;
-constexpr int kWideFromSplits = 16;
 
 // The segment holding `row`, searched by a whole warp (every lane with the
 // same row): each round the lanes probe 32 evenly spaced segments, so 128
@@ -142,7 +143,7 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock) split_combine_rows_kernel(
   // A kernel launched early after this one (a Helix exchange) may start its
   // prologue now; it still waits for this grid before reading the output.
   cuda::allow_next_grid();
-  const std::int64_t row = std::int64_t{blockIdx.x} * kRowsPerBlock + threadIdx.x / 32;
+  const std::int64_t row = args.wide_rows + std::int64_t{blockIdx.x} * kRowsPerBlock + threadIdx.x / 32;
   if (row >= args.total_rows) return;
   const int lane = threadIdx.x % 32;
   RowSplits r(args, row);
@@ -260,28 +261,49 @@ __global__ void __launch_bounds__(32 * kWideLanes) split_combine_wide_kernel(Spl
   if (blockIdx.y == 0 && threadIdx.x == 0) r.write_stats(args);
 }
 
+// A Helix exchange launched early behind the combine waits for the last of
+// these grids, which itself started only after the first had finished.
 template <typename Out>
 void launch_for(const SplitCombineArgs& args, cudaStream_t stream) {
-  if (args.max_splits >= kWideFromSplits) {
+  if (args.wide_rows > 0) {
     const unsigned column_blocks =
         args.kv_lora_rank % 4 == 0
             ? static_cast<unsigned>((args.kv_lora_rank + kColumnsPerBlock - 1) / kColumnsPerBlock)
             : 1u;
     split_combine_wide_kernel<Out>
-        <<<dim3(static_cast<unsigned>(args.total_rows), column_blocks), 32 * kWideLanes, 0, stream>>>(args);
-  } else {
-    const auto blocks = static_cast<unsigned>((args.total_rows + kRowsPerBlock - 1) / kRowsPerBlock);
+        <<<dim3(static_cast<unsigned>(args.wide_rows), column_blocks), 32 * kWideLanes, 0, stream>>>(args);
+  }
+  if (args.total_rows > args.wide_rows) {
+    const auto blocks =
+        static_cast<unsigned>((args.total_rows - args.wide_rows + kRowsPerBlock - 1) / kRowsPerBlock);
     split_combine_rows_kernel<Out><<<blocks, 32 * kRowsPerBlock, 0, stream>>>(args);
   }
 }
 
 }  // namespace
 
+std::int64_t arrange_split_segments(std::span<SplitSegment> segments) {
+  const auto wide = [](const SplitSegment& seg) { return seg.splits >= kSplitCombineWideFromSplits; };
+  std::ranges::stable_partition(segments, wide);
+  std::int64_t rows = 0;
+  std::int64_t wide_rows = 0;
+  for (SplitSegment& seg : segments) {
+    seg.first_partial_row = rows;
+    rows += seg.rows;
+    if (wide(seg)) wide_rows = rows;
+  }
+  return wide_rows;
+}
+
 void launch_split_combine(const SplitCombineArgs& args, cudaStream_t stream) {
   if (args.total_rows <= 0) return;
   if (args.num_segments <= 0) {
     throw InvalidArgument("num_segments", -1, std::to_string(args.num_segments),
                           "must be positive when total_rows > 0");
+  }
+  if (args.wide_rows < 0 || args.wide_rows > args.total_rows) {
+    throw InvalidArgument("wide_rows", -1, std::to_string(args.wide_rows),
+                          "must lie in [0, total_rows = " + std::to_string(args.total_rows) + "]");
   }
   if (args.kv_lora_rank <= 0) {
     throw InvalidArgument("kv_lora_rank", -1, std::to_string(args.kv_lora_rank), "must be positive");

@@ -23,13 +23,14 @@
 // ([rows, kv_lora_rank] of out_dtype, i.e. [tokens, heads, kv_lora_rank]
 // flattened) and of `stats` ([rows, 2] float32, optional).
 //
-// The launch only enqueues one kernel on `stream`: no host synchronisation,
+// The launch only enqueues kernels (one per shape) on `stream`: no host synchronisation,
 // no allocation, so it can be captured into a CUDA graph.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <span>
 
 #include "helixmla/dtype.hpp"
 
@@ -49,7 +50,11 @@ struct SplitCombineArgs {
   const SplitSegment* segments = nullptr;
   std::int32_t num_segments = 0;
   std::int64_t total_rows = 0;  // sum of segments' rows
-  std::int32_t max_splits = 0;  // largest segment's splits: picks the kernel's shape, never its result
+  // Rows [0, wide_rows) are merged a block per row slice, sixteen warps
+  // sharing its splits; the rest a warp per row. Any value in [0,
+  // total_rows] gives the same result; arrange_split_segments gives the
+  // fast one.
+  std::int64_t wide_rows = 0;
 
   const float* partial_out = nullptr;    // [entries, kv_lora_rank]
   const float* partial_stats = nullptr;  // [entries, 2]
@@ -59,6 +64,17 @@ struct SplitCombineArgs {
   DType out_dtype = DType::bf16;
   float* stats = nullptr;                // optional
 };
+
+// Segments of this many splits or more take the wide shape.
+inline constexpr std::int32_t kSplitCombineWideFromSplits = 16;
+
+// Puts the segments of many splits (a long request split across the GPU)
+// first and renumbers every first_partial_row in the new order; returns
+// their rows, SplitCombineArgs::wide_rows. Only first_partial_row changes:
+// entries and output rows stay where the splits write them. A batch of
+// one long request among many short ones has both kinds, and the wide
+// shape for all of them took 512 threads for each 2-split row slice.
+std::int64_t arrange_split_segments(std::span<SplitSegment> segments);
 
 // Enqueues the combine for `args.total_rows` rows (nothing when 0). Throws
 // InvalidArgument for an unsupported out_dtype and RuntimeFailure when the

@@ -242,6 +242,7 @@ TensorcorePlan plan_of(const PhaseInputs& in) {
     plan.entries += std::int64_t{u.rows} * n;
     plan.split_rows += u.rows;
   }
+  plan.wide_split_rows = arrange_split_segments(plan.segments);
   // Longest first lets the block scheduler balance uneven lengths; stable, so
   // the row tiles of one request stay neighbours and share KV through L2.
   const auto longer = [](const auto& a, const auto& b) { return a.first > b.first; };

@@ -21,6 +21,7 @@ struct TensorcorePlan {
   std::vector<SplitSegment> segments;        // row tiles whose KV is split
   std::int64_t entries = 0;                  // split partial entries
   std::int64_t split_rows = 0;               // rows that need the combine
+  std::int64_t wide_split_rows = 0;          // SplitCombineArgs::wide_rows
 
   // Workspace layout (byte offsets); the first `metadata_bytes` are uploaded.
   std::size_t items_offset = 0;

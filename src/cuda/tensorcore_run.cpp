@@ -155,7 +155,7 @@ std::unique_ptr<PreparedRun> prepare_tensorcore(const Problem& phase, const Tens
   combine.segments = reinterpret_cast<const SplitSegment*>(base + plan.segments_offset);
   combine.num_segments = static_cast<std::int32_t>(plan.segments.size());
   combine.total_rows = plan.split_rows;
-  for (const SplitSegment& seg : plan.segments) combine.max_splits = std::max(combine.max_splits, seg.splits);
+  combine.wide_rows = plan.wide_split_rows;
   combine.partial_out = params.partial_out;
   combine.partial_stats = params.partial_stats;
   combine.kv_lora_rank = helixmla_tc::kLatent;

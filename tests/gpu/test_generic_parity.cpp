@@ -149,7 +149,7 @@ TEST(GenericHelix, BoundsReplaceTheMaskAndEmptyRowsAreExact) {
   device.poison_outputs();
   Problem device_problem = device.problem();
   device_problem.helix = {.cp_size = 2, .cp_rank = 1, .token_kv_bounds = bounds};
-  EXPECT_GT(cuda::plan_generic_work(device_problem, cuda::device_sm_count(0)).max_splits, 1);
+  EXPECT_FALSE(cuda::plan_generic_work(device_problem, cuda::device_sm_count(0)).segments.empty());
   run_backend_phases(*backend, device_problem, stream.get());
   device.download_outputs();
 
@@ -177,14 +177,14 @@ SyntheticBatch long_request(std::int32_t heads, std::int32_t q_len, std::int32_t
 TEST(GenericSplitKv, OneLongRequestIsSplitAndCombined) {
   SKIP_WITHOUT_GPU();
   SyntheticBatch host = long_request(16, 1, 64, DType::bf16);
-  EXPECT_GT(cuda::plan_generic_work(host.problem(), cuda::device_sm_count(0)).max_splits, 1);
+  EXPECT_FALSE(cuda::plan_generic_work(host.problem(), cuda::device_sm_count(0)).segments.empty());
   expect_parity(host, "split H16 q1", 1);
 }
 
 TEST(GenericLongRequest, ManyHeadsFp8PageOfThree) {
   SKIP_WITHOUT_GPU();
   SyntheticBatch host = long_request(128, 2, 3, DType::fp8_e4m3);
-  EXPECT_GT(cuda::plan_generic_work(host.problem(), cuda::device_sm_count(0)).max_splits, 1);
+  EXPECT_FALSE(cuda::plan_generic_work(host.problem(), cuda::device_sm_count(0)).segments.empty());
   expect_parity(host, "split H128 q2 fp8 page3", 1);
 }
 
@@ -265,7 +265,8 @@ TEST(GenericGraphReplay, CapturedEnqueueReplaysTwice) {
   DeviceBatch device(host);
   const Problem problem = device.problem();
   validate(problem);
-  ASSERT_GT(cuda::plan_generic_work(problem, cuda::device_sm_count(0)).max_splits, 1) << "the graph should hold the combine";
+  ASSERT_FALSE(cuda::plan_generic_work(problem, cuda::device_sm_count(0)).segments.empty())
+      << "the graph should hold the combine";
   const BackendPtr backend = cuda::make_generic_backend();
   TestStream stream;
   auto run = backend->prepare(problem, Workspace{}, stream.get());
@@ -349,18 +350,33 @@ void expect_combine_merges(const std::int32_t columns) {
   d_partial.upload(partial.data(), d_partial.bytes());
   d_stats.upload(stats.data(), d_stats.bytes());
   DeviceBuffer d_out(out_rows * columns * 2), d_out_stats(out_rows * 2 * sizeof(float));
-  // The result may not depend on max_splits, which only picks the kernel's
-  // shape: one warp per row slice, or sixteen taking every sixteenth split.
-  for (const std::int32_t max_splits : {0, 64}) {
-    SCOPED_TRACE("max_splits " + std::to_string(max_splits));
+  // The result may not depend on wide_rows, which only picks each row's
+  // kernel shape: one warp per row slice, or sixteen taking every sixteenth
+  // split. Every row narrow, every row wide, and the order
+  // arrange_split_segments makes (the 600-split segment first, alone wide).
+  std::vector<cuda::SplitSegment> arranged = segments;
+  const std::int64_t arranged_wide = cuda::arrange_split_segments(arranged);
+  ASSERT_EQ(arranged_wide, 1);
+  ASSERT_EQ(arranged[0].splits, 600);
+  ASSERT_EQ(arranged[1].first_partial_row, 1);
+  ASSERT_EQ(arranged[2].first_partial_row, 3);
+  DeviceBuffer d_arranged(arranged.size() * sizeof(cuda::SplitSegment));
+  d_arranged.upload(arranged.data(), d_arranged.bytes());
+  struct Order {
+    const DeviceBuffer* segments;
+    std::int64_t wide_rows;
+  };
+  for (const Order order : {Order{&d_segments, 0}, Order{&d_segments, 4}, Order{&d_arranged, arranged_wide}}) {
+    SCOPED_TRACE("wide_rows " + std::to_string(order.wide_rows) +
+                 (order.segments == &d_arranged ? " (arranged)" : ""));
     d_out.fill_bytes(0xff);
     d_out_stats.fill_bytes(0xff);
 
     cuda::SplitCombineArgs args;
-    args.segments = static_cast<const cuda::SplitSegment*>(d_segments.data());
+    args.segments = static_cast<const cuda::SplitSegment*>(order.segments->data());
     args.num_segments = 3;
     args.total_rows = 4;
-    args.max_splits = max_splits;
+    args.wide_rows = order.wide_rows;
     args.partial_out = static_cast<const float*>(d_partial.data());
     args.partial_stats = static_cast<const float*>(d_stats.data());
     args.kv_lora_rank = columns;
@@ -400,6 +416,23 @@ TEST(GenericSplitCombine, MergesSplitsAndIgnoresEmptyOnes) {
   // 512: MLA's rank, one pass of float4 loads; 640: a second, partial pass;
   // 510: not a multiple of 4, column by column.
   for (const std::int32_t rank : {512, 640, 510}) expect_combine_merges(rank);
+}
+
+TEST(GenericSplitCombine, WideRowsBeyondTheRowsAreRefused) {
+  SKIP_WITHOUT_GPU();
+  DeviceBuffer dummy(4096);
+  cuda::SplitCombineArgs args;
+  args.segments = static_cast<const cuda::SplitSegment*>(dummy.data());
+  args.num_segments = 1;
+  args.total_rows = 4;
+  args.wide_rows = 5;
+  args.out = dummy.data();
+  try {
+    cuda::launch_split_combine(args, nullptr);
+    ADD_FAILURE() << "wide_rows 5 of 4 rows was launched";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("wide_rows"), std::string::npos) << e.what();
+  }
 }
 
 // ---------------------------------------------------------------- capability (no GPU needed)

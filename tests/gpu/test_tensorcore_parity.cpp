@@ -39,6 +39,8 @@ namespace {
 struct RunInfo {
   int phases = 0;
   bool any_split = false;
+  std::int32_t fewest_splits = 0;  // of the split row tiles (0: none split)
+  std::int32_t most_splits = 0;
   bool any_jit = false;
   bool any_wgmma = false;
   bool any_two_blocks = false;
@@ -63,6 +65,10 @@ std::vector<std::unique_ptr<PreparedRun>> prepare_all(const Problem& device_prob
       EXPECT_EQ(phase.kernel.name, v.name());
       const cuda::TensorcorePlan p = cuda::plan_tensorcore(part, v.rows, cuda::tensorcore_block_slots(sms, v));
       info->any_split = info->any_split || !p.segments.empty();
+      for (const cuda::SplitSegment& seg : p.segments) {
+        info->most_splits = std::max(info->most_splits, seg.splits);
+        info->fewest_splits = info->fewest_splits == 0 ? seg.splits : std::min(info->fewest_splits, seg.splits);
+      }
       info->any_wgmma = info->any_wgmma || v.wgmma;
       info->any_two_blocks = info->any_two_blocks || v.two_blocks;
     }
@@ -398,6 +404,22 @@ TEST(TensorcoreSplitKv, FewLongRequestsAreSplitAndCombined) {
     SyntheticBatch host(spec);
     const RunInfo info = expect_parity(host, label_of(spec) + " split");
     EXPECT_TRUE(info.any_split) << label_of(spec) << ": the plan did not split";
+  }
+}
+
+// One long request among short ones: the long one is split many ways (the
+// combine's wide shape), short ones a few, all in one combine.
+TEST(TensorcoreSplitKv, OneLongRequestAmongShortOnesIsSplitEvenly) {
+  SKIP_WITHOUT_TENSORCORE();
+  for (const auto& [heads, kv] : {std::pair{16, DType::bf16}, std::pair{48, DType::fp8_e4m3}}) {
+    BatchSpec spec = decode_spec(heads, 1, 64, kv);
+    spec.generations = 40;
+    spec.kv_len = {60000};
+    for (std::int32_t i = 1; i < spec.generations; ++i) spec.kv_len.push_back(300 + 37 * i);
+    SyntheticBatch host(spec);
+    const RunInfo info = expect_parity(host, label_of(spec) + " one long request");
+    EXPECT_GE(info.most_splits, cuda::kSplitCombineWideFromSplits) << label_of(spec);
+    EXPECT_LT(info.fewest_splits, cuda::kSplitCombineWideFromSplits) << label_of(spec);
   }
 }
 

@@ -195,6 +195,12 @@ TEST_F(Cli, BenchRejectsCasesTheSuiteLacksAndRepeatedIds) {
                        << "4,16,1,2000000,256,64,bf16\r\n";
   expect_refused("bench --suite " + suite.string(),
                  suite.string() + " line 3 batch = 2000000: expected an integer from 1 to 1048576");
+
+  // A mixed batch's lengths are ';'-separated; each one is checked.
+  std::ofstream(suite) << "case,heads,q_len,batch,kv_len,page_size,kv_dtype,note\n"
+                       << "5,16,1,4,131072;2048;x,64,bf16\n";
+  expect_refused("bench --suite " + suite.string(),
+                 suite.string() + " line 2 kv_len = x: expected an integer from 1 to 1073741824");
   std::filesystem::remove(suite);
 }
 

@@ -271,14 +271,28 @@ void expect_plan_covers(const Problem& p, const TensorcorePlan& plan) {
     }
     token += p.q_len[r];
   }
-  std::int64_t rows = 0, entries = 0;
+  // Partial rows run on in segment order, segments of many splits first
+  // (the combine's wide shape); entries tile [0, entries) in any order.
+  std::int64_t rows = 0, wide_rows = 0;
+  bool narrow_seen = false;
+  std::vector<std::pair<std::int64_t, std::int64_t>> entry_ranges;
   for (const SplitSegment& seg : plan.segments) {
     EXPECT_EQ(seg.first_partial_row, rows);
-    EXPECT_EQ(seg.first_entry, entries);
     rows += seg.rows;
-    entries += std::int64_t{seg.rows} * seg.splits;
+    const bool wide = seg.splits >= kSplitCombineWideFromSplits;
+    EXPECT_FALSE(wide && narrow_seen) << "a segment of " << seg.splits << " splits after a narrow one";
+    narrow_seen = narrow_seen || !wide;
+    if (wide) wide_rows = rows;
+    entry_ranges.emplace_back(seg.first_entry, seg.first_entry + std::int64_t{seg.rows} * seg.splits);
   }
   EXPECT_EQ(rows, plan.split_rows);
+  EXPECT_EQ(wide_rows, plan.wide_split_rows);
+  std::sort(entry_ranges.begin(), entry_ranges.end());
+  std::int64_t entries = 0;
+  for (const auto& [first, end] : entry_ranges) {
+    EXPECT_EQ(first, entries);
+    entries = end;
+  }
   EXPECT_EQ(entries, plan.entries);
   EXPECT_GE(plan.workspace_bytes, plan.metadata_bytes + static_cast<std::size_t>(entries) * 2056);
 }
