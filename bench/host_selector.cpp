@@ -121,12 +121,19 @@ BENCHMARK(BM_PlanAndShapeOfMixedBatch);
 // workspace layout), built by workspace_bytes and again by prepare on every
 // step: suite cases 3 (64 x 8192 tokens, 64 heads), 1 (128 x 4096, 128
 // heads), 8 (one 32768-token request) and 7 (8 x 131072, 16 heads), on an
-// H200's 132 (64-row) or 264 (16-row) block slots.
+// H200's 132 (64-row) or 264 (16-row) block slots. A fourth argument of 1
+// makes requests 1.. short (2048 + 61 i tokens, bench/mixed-length-probe.csv):
+// one long request among short ones, whose split search runs furthest.
 void BM_TensorcorePlan(benchmark::State& state) {
   testing::BatchSpec spec;
   spec.heads = static_cast<std::int32_t>(state.range(0));
   spec.generations = static_cast<std::int32_t>(state.range(1));
   spec.kv_len = {static_cast<std::int32_t>(state.range(2))};
+  if (state.range(3) == 1) {
+    for (std::int32_t i = 1; i < spec.generations; ++i) spec.kv_len.push_back(2048 + 61 * i);
+  } else if (state.range(3) == 2) {
+    for (std::int32_t i = 1; i < spec.generations; ++i) spec.kv_len.push_back(1024 + (i * 7919) % 15361);
+  }
   spec.allocate_tensors = false;
   testing::SyntheticBatch batch(spec);
   const Problem problem = batch.problem();
@@ -138,10 +145,14 @@ void BM_TensorcorePlan(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_TensorcorePlan)
-    ->Args({64, 64, 8192})
-    ->Args({128, 128, 4096})
-    ->Args({128, 1, 32768})
-    ->Args({16, 8, 131072});
+    ->Args({64, 64, 8192, 0})
+    ->Args({128, 128, 4096, 0})
+    ->Args({128, 1, 32768, 0})
+    ->Args({16, 8, 131072, 0})
+    ->Args({128, 64, 131072, 1})
+    ->Args({16, 64, 1048576, 1})
+    ->Args({128, 64, 1024, 2})
+    ->Args({16, 64, 1024, 2});
 
 // The second of the two plans a step asks for (workspace_bytes, then
 // prepare): the thread's last plan, found by comparing the inputs.

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstddef>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory_resource>
 #include <ranges>
@@ -96,25 +97,68 @@ std::vector<std::int64_t> chunk_candidates(std::int64_t longest, std::int64_t to
   return chunks;
 }
 
-// The split chunk (in KV tiles) that finishes soonest; no split when none helps.
+// One split chunk to estimate, with what is cheap to know of it: its item
+// count and a lower bound of its finish time.
+struct Candidate {
+  std::int64_t chunk = 0;
+  std::int64_t items = 0;
+  std::int64_t bound = 0;
+};
+
+// The split chunk (in KV tiles) that finishes soonest; no split when none
+// helps. Exact finish times (the greedy placement) cost far more than the
+// bounds, most of all for mixed lengths (many distinct slot loads), so they
+// are computed in order of the bounds until no bound can beat the best
+// time: the same choice as estimating every candidate. Ties go to the
+// larger chunk (fewer splits).
 std::int64_t choose_chunk(const std::vector<Unit>& units, std::int32_t slots) {
   if (units.empty()) return 1;
-  std::map<std::int64_t, std::int64_t> units_of_tiles;  // KV tiles -> row tiles with that many
+  // (KV tiles, row tiles with that many), ascending; every candidate walks it.
+  std::vector<std::pair<std::int64_t, std::int64_t>> units_of_tiles;
+  std::vector<std::int64_t> tiles_of_units;
+  tiles_of_units.reserve(units.size());
+  for (const Unit& u : units) tiles_of_units.push_back(u.tiles());
+  std::ranges::sort(tiles_of_units);
   std::int64_t total_tiles = 0;
-  for (const Unit& u : units) {
-    ++units_of_tiles[u.tiles()];
-    total_tiles += u.tiles();
+  for (const std::int64_t tiles : tiles_of_units) {
+    if (units_of_tiles.empty() || units_of_tiles.back().first != tiles) units_of_tiles.emplace_back(tiles, 0);
+    ++units_of_tiles.back().second;
+    total_tiles += tiles;
   }
-  const std::int64_t longest = units_of_tiles.rbegin()->first;
+  const std::int64_t longest = units_of_tiles.back().first;
   std::int64_t best_chunk = std::max<std::int64_t>(longest, 1);
   if (units.size() >= static_cast<std::size_t>(4) * slots) return best_chunk;
-  std::int64_t best_time = -1;
+
+  std::vector<Candidate> candidates;
   for (const std::int64_t chunk : chunk_candidates(longest, total_tiles, units.size(), slots)) {
     const bool split = chunk < longest;
+    Candidate c{chunk, 0, 0};
+    std::int64_t longest_item = 0;
+    std::int64_t shortest_item = std::numeric_limits<std::int64_t>::max();
+    std::int64_t load = 0;  // every item's cost, empty splits included
+    for (const auto& [tiles, count] : units_of_tiles) {
+      const std::int64_t n = splits_for(tiles, chunk);
+      const std::int64_t per = ceil_div(tiles, n);
+      const std::int64_t whole = per > 0 ? tiles / per : 0;  // splits of `per` tiles; the rest; empty ones
+      c.items += n * count;
+      load += (tiles + n * kItemOverheadTiles) * count;
+      longest_item = std::max(longest_item, per + kItemOverheadTiles);
+      shortest_item = std::min(shortest_item, (whole == n ? per : tiles - whole * per) + kItemOverheadTiles);
+    }
     // Chunks only shrink from here, so the item count only grows.
-    std::int64_t items = 0;
-    for (const auto& [tiles, count] : units_of_tiles) items += splits_for(tiles, chunk) * count;
-    if (split && (chunk < kMinSplitTiles || items > static_cast<std::int64_t>(8) * slots)) break;
+    if (split && (chunk < kMinSplitTiles || c.items > static_cast<std::int64_t>(8) * slots)) break;
+    // Some slot runs ceil(items / slots) items, none shorter than the
+    // shortest: 192 equal items on 132 slots cost two items, not 1.45.
+    const std::int64_t fullest_slot = ceil_div(c.items, slots) * shortest_item;
+    c.bound = std::max({longest_item, ceil_div(load, slots), fullest_slot}) + (split ? kSplitLaunchTiles : 0);
+    candidates.push_back(c);
+  }
+  std::ranges::stable_sort(candidates, {}, &Candidate::bound);
+
+  std::int64_t best_time = -1;
+  for (const Candidate& c : candidates) {
+    if (best_time >= 0 && c.bound > best_time) break;
+    if (best_time >= 0 && c.bound == best_time && c.chunk < best_chunk) continue;
     // The candidate's maps live in a stack buffer: the search runs on every
     // step, and their nodes were most of its time in the heap allocator.
     std::array<std::byte, 8192> buffer;
@@ -123,17 +167,17 @@ std::int64_t choose_chunk(const std::vector<Unit>& units, std::int32_t slots) {
     // none), then empty splits up to n.
     CostCounts costs(&arena);
     for (const auto& [tiles, count] : units_of_tiles) {
-      const std::int64_t n = splits_for(tiles, chunk);
+      const std::int64_t n = splits_for(tiles, c.chunk);
       const std::int64_t per = ceil_div(tiles, n);
       const std::int64_t whole = per > 0 ? tiles / per : 0;
       if (whole > 0) costs[per + kItemOverheadTiles] += whole * count;
       if (whole < n) costs[tiles - whole * per + kItemOverheadTiles] += count;
       if (whole + 1 < n) costs[kItemOverheadTiles] += (n - whole - 1) * count;
     }
-    const std::int64_t time = makespan(costs, slots, &arena) + (split ? kSplitLaunchTiles : 0);
-    if (best_time < 0 || time < best_time) {
+    const std::int64_t time = makespan(costs, slots, &arena) + (c.chunk < longest ? kSplitLaunchTiles : 0);
+    if (best_time < 0 || time < best_time || (time == best_time && c.chunk > best_chunk)) {
       best_time = time;
-      best_chunk = chunk;
+      best_chunk = c.chunk;
     }
   }
   return best_chunk;
