@@ -23,8 +23,8 @@
 // ([rows, kv_lora_rank] of out_dtype, i.e. [tokens, heads, kv_lora_rank]
 // flattened) and of `stats` ([rows, 2] float32, optional).
 //
-// The launch only enqueues kernels (one per shape) on `stream`: no host synchronisation,
-// no allocation, so it can be captured into a CUDA graph.
+// The launch only enqueues kernels (one per shape) on `stream`: no host
+// synchronisation, no allocation, so it can be captured into a CUDA graph.
 #pragma once
 
 #include <cuda_runtime.h>
