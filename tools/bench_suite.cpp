@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <fstream>
-#include <algorithm>
 #include <map>
 
 #include "comma_list.hpp"
@@ -42,7 +41,7 @@ std::vector<BenchCase> load_suite(const std::string& path) {
     ++number;
     if (!line.empty() && line.back() == '\r') line.pop_back();  // a file written with CRLF line ends
     if (number == 1 || line.empty()) continue;  // header
-    const auto f = split_commas(line);
+    const auto f = split_items(line);
     if (f.size() < 7) {
       throw InvalidArgument(fmt::format("{} line {}", path, number), -1, line,
                             "expected 7 or 8 comma-separated columns: case,heads,q_len,batch,kv_len,page_size,kv_dtype[,note]");
@@ -62,10 +61,8 @@ std::vector<BenchCase> load_suite(const std::string& path) {
     // mixed batch, as `run --kv-len` cycles its comma list).
     std::vector<std::int32_t> lengths;
     if (f[4] != "var") {
-      for (std::size_t at = 0; at <= f[4].size();) {
-        const std::size_t end = std::min(f[4].find(';', at), f[4].size());
-        lengths.push_back(parse_int(f[4].substr(at, end - at), cell(path, number, "kv_len")));
-        at = end + 1;
+      for (const std::string& item : split_items(f[4], ';')) {
+        lengths.push_back(parse_int(item, cell(path, number, "kv_len")));
       }
     }
     for (std::int32_t i = 0; i < c.batch; ++i) {

@@ -24,7 +24,7 @@ CLI::Option* add_list(CLI::App& app, const std::string& name, std::vector<T>& va
       [&values, name, read](const std::vector<std::string>& texts) {
         std::vector<T> parsed;
         for (const std::string& text : texts) {
-          const std::vector<std::string> items = split_commas(text);
+          const std::vector<std::string> items = split_items(text);
           for (std::size_t i = 0; i < items.size(); ++i) {
             if (items[i].empty()) throw CLI::ValidationError(name, fmt::format("entry {} of '{}' is empty", i, text));
             parsed.push_back(read(text, i, items[i]));
@@ -39,14 +39,14 @@ CLI::Option* add_list(CLI::App& app, const std::string& name, std::vector<T>& va
 
 }  // namespace
 
-std::vector<std::string> split_commas(const std::string& text) {
+std::vector<std::string> split_items(const std::string& text, char separator) {
   std::vector<std::string> items;
   std::size_t begin = 0;
   while (true) {
-    const std::size_t comma = text.find(',', begin);
-    items.push_back(text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin));
-    if (comma == std::string::npos) return items;
-    begin = comma + 1;
+    const std::size_t end = text.find(separator, begin);
+    items.push_back(text.substr(begin, end == std::string::npos ? std::string::npos : end - begin));
+    if (end == std::string::npos) return items;
+    begin = end + 1;
   }
 }
 

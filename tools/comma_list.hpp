@@ -13,8 +13,8 @@
 
 namespace helixmla::tools {
 
-// The items of one comma-separated text, empty ones included.
-std::vector<std::string> split_commas(const std::string& text);
+// The items of one text separated by `separator`, empty ones included.
+std::vector<std::string> split_items(const std::string& text, char separator = ',');
 
 // Integers in [min, max]; the option may be given several times (the items add up).
 CLI::Option* add_int_list(CLI::App& app, const std::string& name, std::vector<int>& values, std::int64_t min,
