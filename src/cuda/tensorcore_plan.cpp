@@ -44,6 +44,16 @@ std::int64_t splits_for(std::int64_t tiles, std::int64_t chunk) {
   return tiles <= chunk ? 1 : ceil_div(tiles, ceil_div(tiles, ceil_div(tiles, chunk)));
 }
 
+// A row tile's items under `chunk`: `whole` splits of `per` tiles, then the
+// rest (possibly none) if whole < n, then empty splits up to n.
+struct SplitShape {
+  std::int64_t n = 1;
+  std::int64_t per = 0;
+  std::int64_t whole = 0;
+  SplitShape(std::int64_t tiles, std::int64_t chunk)
+      : n(splits_for(tiles, chunk)), per(ceil_div(tiles, n)), whole(per > 0 ? tiles / per : 0) {}
+};
+
 // Item costs (in KV tiles) as cost -> how many items, longest first. Row
 // tiles of a decode batch mostly share their length, so a plan's thousands
 // of items have a handful of distinct costs.
@@ -137,9 +147,7 @@ std::int64_t choose_chunk(const std::vector<Unit>& units, std::int32_t slots) {
     std::int64_t shortest_item = std::numeric_limits<std::int64_t>::max();
     std::int64_t load = 0;  // every item's cost, empty splits included
     for (const auto& [tiles, count] : units_of_tiles) {
-      const std::int64_t n = splits_for(tiles, chunk);
-      const std::int64_t per = ceil_div(tiles, n);
-      const std::int64_t whole = per > 0 ? tiles / per : 0;  // splits of `per` tiles; the rest; empty ones
+      const auto [n, per, whole] = SplitShape(tiles, chunk);
       c.items += n * count;
       load += (tiles + n * kItemOverheadTiles) * count;
       longest_item = std::max(longest_item, per + kItemOverheadTiles);
@@ -163,13 +171,9 @@ std::int64_t choose_chunk(const std::vector<Unit>& units, std::int32_t slots) {
     // step, and their nodes were most of its time in the heap allocator.
     std::array<std::byte, 8192> buffer;
     std::pmr::monotonic_buffer_resource arena(buffer.data(), buffer.size());
-    // Each row tile's splits: `whole` of `per` tiles, then the rest (possibly
-    // none), then empty splits up to n.
     CostCounts costs(&arena);
     for (const auto& [tiles, count] : units_of_tiles) {
-      const std::int64_t n = splits_for(tiles, c.chunk);
-      const std::int64_t per = ceil_div(tiles, n);
-      const std::int64_t whole = per > 0 ? tiles / per : 0;
+      const auto [n, per, whole] = SplitShape(tiles, c.chunk);
       if (whole > 0) costs[per + kItemOverheadTiles] += whole * count;
       if (whole < n) costs[tiles - whole * per + kItemOverheadTiles] += count;
       if (whole + 1 < n) costs[kItemOverheadTiles] += (n - whole - 1) * count;
@@ -258,7 +262,8 @@ TensorcorePlan plan_of(const PhaseInputs& in) {
     item.kv_len = in.kv_len[static_cast<std::size_t>(u.request)];
     item.request = u.request;
     item.row_begin = u.row_begin;
-    const std::int64_t n = splits_for(u.tiles(), chunk);
+    const SplitShape split(u.tiles(), chunk);
+    const std::int64_t n = split.n;
     if (n == 1) {
       item.kv_begin = 0;
       item.kv_end = u.kv_visible;
@@ -267,7 +272,7 @@ TensorcorePlan plan_of(const PhaseInputs& in) {
       ordered.emplace_back(u.kv_visible, item);
       continue;
     }
-    const std::int64_t per = ceil_div(u.tiles(), n) * kTile;
+    const std::int64_t per = split.per * kTile;
     SplitSegment seg;
     seg.first_partial_row = plan.split_rows;
     seg.first_entry = plan.entries;
