@@ -123,7 +123,8 @@ BENCHMARK(BM_PlanAndShapeOfMixedBatch);
 // heads), 8 (one 32768-token request) and 7 (8 x 131072, 16 heads), on an
 // H200's 132 (64-row) or 264 (16-row) block slots. A fourth argument of 1
 // makes requests 1.. short (2048 + 61 i tokens, bench/mixed-length-probe.csv):
-// one long request among short ones, whose split search runs furthest.
+// one long request among short ones, whose split search runs furthest; 2
+// gives them suite case 9's spread (1024 + (i * 7919) % 15361).
 void BM_TensorcorePlan(benchmark::State& state) {
   testing::BatchSpec spec;
   spec.heads = static_cast<std::int32_t>(state.range(0));
