@@ -102,7 +102,7 @@ if step helix; then
   summary+=("[helix done at $(elapsed) s]")
 fi
 if step bench; then
-  "$build/helixmla" bench --json "$out/bench.json" --plot "$out/bench.svg" >"$out/bench.txt" 2>"$out/bench.err"
+  "$build/helixmla" bench --host --json "$out/bench.json" --plot "$out/bench.svg" >"$out/bench.txt" 2>"$out/bench.err"
   summary+=("bench exit $? [$(elapsed) s]")
   [ -n "${OUT:-}" ] && cp "$out/bench.json" "$out/bench.svg" "$OUT/"
 fi

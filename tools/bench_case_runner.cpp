@@ -3,6 +3,7 @@
 #include "bench_case_runner.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <vector>
 
@@ -66,6 +67,41 @@ double CaseRunner::time_gather(const std::vector<std::unique_ptr<testing::Device
   });
 }
 
+HostTiming CaseRunner::time_host(const Runtime& runtime,
+                                 const std::vector<std::unique_ptr<testing::DeviceSyntheticBatch>>& batches,
+                                 PreparedRun& run) {
+  constexpr int kWarmup = 3;
+  constexpr int kRepeats = 21;
+  const Problem problem = batches.front()->problem();
+  testing::DeviceBuffer workspace(runtime.workspace_bytes(problem));
+  // The rotated batches stand in for layers: the same geometry, other
+  // tensors (read through the first batch's page table, whose ids every
+  // pool of the case holds).
+  std::vector<LayerTensors> layers;
+  for (const auto& batch : batches) layers.push_back(layer_tensors(batch->problem()));
+  std::vector<double> prepare_us, enqueue_us;
+  for (int i = 0; i < kWarmup + kRepeats; ++i) {
+    cuda_ok(cudaStreamSynchronize(stream_), "host timing");
+    auto begin = std::chrono::steady_clock::now();
+    auto prepared = runtime.prepare(problem, {workspace.data(), workspace.bytes()}, stream_);
+    const double prepare = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - begin).count();
+    cuda_ok(cudaStreamSynchronize(stream_), "host timing");
+    begin = std::chrono::steady_clock::now();
+    run.enqueue(layers[static_cast<std::size_t>(i) % layers.size()], stream_);
+    const double enqueue = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - begin).count();
+    if (i >= kWarmup) {
+      prepare_us.push_back(prepare);
+      enqueue_us.push_back(enqueue);
+    }
+  }
+  cuda_ok(cudaStreamSynchronize(stream_), "host timing");
+  const auto median = [](std::vector<double>& v) {
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  };
+  return {median(prepare_us), median(enqueue_us)};
+}
+
 CaseRunner::CaseRunner(std::string forced_backend)
     : forced_(std::move(forced_backend)), env_(Environment::detect()) {
   const Environment& env = env_;
@@ -94,9 +130,9 @@ const Runtime& CaseRunner::runtime_for(const std::string& backend) {
   return *slot;
 }
 
-CaseResult CaseRunner::run(const BenchCase& c, int iterations, bool graphs, bool verify, const std::string& backend,
-                           bool gather) {
-  const Runtime& runtime = runtime_for(backend.empty() ? forced_ : backend);
+CaseResult CaseRunner::run(const BenchCase& c, const CaseOptions& options) {
+  const Runtime& runtime = runtime_for(options.backend.empty() ? forced_ : options.backend);
+  const int iterations = options.iterations;
   std::vector<std::unique_ptr<testing::DeviceSyntheticBatch>> batches;
   batches.push_back(std::make_unique<testing::DeviceSyntheticBatch>(batch_spec_of(c, 1), env_.device));
   const std::size_t one = batches.front()->device_bytes();
@@ -119,9 +155,10 @@ CaseResult CaseRunner::run(const BenchCase& c, int iterations, bool graphs, bool
     runs.push_back(prepared.back().get());
   }
   cuda_ok(cudaStreamSynchronize(stream_), "upload metadata");
-  result.timing = time_runs(runs, stream_, 5, iterations, graphs);
-  if (gather) result.gather_us = time_gather(batches, iterations);
-  if (verify) {
+  result.timing = time_runs(runs, stream_, 5, iterations, options.graphs);
+  if (options.gather) result.gather_us = time_gather(batches, iterations);
+  if (options.host) result.host = time_host(runtime, batches, *runs.front());
+  if (options.verify) {
     // The timed runs overwrote the outputs; rerun the first batch once more
     // after poisoning so that only this run's writes are checked.
     batches.front()->poison_outputs(stream_);

@@ -18,12 +18,29 @@
 
 namespace helixmla::tools {
 
+struct CaseOptions {
+  int iterations = 50;
+  bool graphs = true;
+  bool verify = true;
+  std::string backend;  // overrides the runner's forced backend for this case
+  bool gather = false;  // also time a read of the same KV rows through the same page tables
+  bool host = false;    // also time the host: prepare, and enqueue of one more layer
+};
+
+// Host time of one call, median over repeats with the stream idle (no queue
+// back-pressure), in microseconds.
+struct HostTiming {
+  double prepare_us = 0.0;        // Runtime::prepare of the case's batch
+  double layer_enqueue_us = 0.0;  // PreparedRun::enqueue(LayerTensors) of a prepared run
+};
+
 struct CaseResult {
   std::string backend;
   Timing timing;
   double rel_l2_err = 0.0;
   bool correct = false;
   double gather_us = 0.0;  // the gather ceiling's median (testing/gather_read.hpp), when asked for
+  HostTiming host;         // when asked for
 };
 
 class CaseRunner {
@@ -33,10 +50,7 @@ class CaseRunner {
   CaseRunner(const CaseRunner&) = delete;
   CaseRunner& operator=(const CaseRunner&) = delete;
 
-  // `backend` overrides the runner's forced backend for this case; `gather`
-  // also times a read of the same KV rows through the same page tables.
-  CaseResult run(const BenchCase& c, int iterations, bool graphs, bool verify, const std::string& backend = {},
-                 bool gather = false);
+  CaseResult run(const BenchCase& c, const CaseOptions& options);
   cudaStream_t stream() const { return stream_; }
   const std::string& device_name() const { return device_name_; }
   const Environment& environment() const { return env_; }
@@ -44,6 +58,8 @@ class CaseRunner {
  private:
   const Runtime& runtime_for(const std::string& backend);
   double time_gather(const std::vector<std::unique_ptr<testing::DeviceSyntheticBatch>>& batches, int iterations);
+  HostTiming time_host(const Runtime& runtime, const std::vector<std::unique_ptr<testing::DeviceSyntheticBatch>>& batches,
+                       PreparedRun& run);
 
   std::string forced_;
   Environment env_;

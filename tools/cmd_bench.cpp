@@ -37,6 +37,7 @@ struct BenchFlags {
   bool graphs = true;
   bool verify = true;
   bool gather = false;
+  bool host = false;
   std::string json_path;
   std::string plot_path;
 };
@@ -98,7 +99,13 @@ int run_bench(const BenchFlags& flags) {
   bool all_ok = true;
   for (const BenchCase& c : cases) {
     std::cerr << fmt::format("case {} ({})...\n", c.id, c.note);
-    const CaseResult r = runner.run(c, flags.iterations, flags.graphs, flags.verify, {}, flags.gather);
+    CaseOptions options;
+    options.iterations = flags.iterations;
+    options.graphs = flags.graphs;
+    options.verify = flags.verify;
+    options.gather = flags.gather;
+    options.host = flags.host;
+    const CaseResult r = runner.run(c, options);
     const CaseCost cost = cost_of(c);
     const double us = r.timing.queued_median_us;
     const double gbs = cost.bytes / (us * 1e3);
@@ -125,6 +132,12 @@ int run_bench(const BenchFlags& flags) {
                                us / r.gather_us);
       rows.back()["gather_us"] = r.gather_us;
       rows.back()["gather_gb_per_s"] = gather_gbs;
+    }
+    if (flags.host) {
+      std::cout << fmt::format("{:>4} host per call: prepare {:.1f} us, enqueue of a layer on a prepared run {:.1f} us\n",
+                               "", r.host.prepare_us, r.host.layer_enqueue_us);
+      rows.back()["host_prepare_us"] = r.host.prepare_us;
+      rows.back()["host_layer_enqueue_us"] = r.host.layer_enqueue_us;
     }
   }
   const nlohmann::json report = {{"device", runner.device_name()},
@@ -159,6 +172,9 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("!--no-verify", flags->verify, "Skip the check against the float64 reference");
   cmd->add_flag("--gather", flags->gather,
                 "Also time a plain read of each case's KV rows through its page tables (the gather ceiling)");
+  cmd->add_flag("--host", flags->host,
+                "Also time the host per call: Runtime::prepare of each case's batch, and enqueue of one more "
+                "layer on a prepared run");
   cmd->add_option("--json", flags->json_path, "Also write the results as JSON to this file");
   cmd->add_option("--plot", flags->plot_path, "Also write an SVG bar chart to this file");
   cmd->callback([flags] {

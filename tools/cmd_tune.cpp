@@ -83,7 +83,11 @@ int run_tune(const TuneFlags& flags) {
     const Decision decision = selector.select_uncached(shape);
     for (const Candidate& candidate : decision.candidates) {
       if (!candidate.capable || candidate.backend == "cpu") continue;
-      const CaseResult r = runner.run(c, flags.iterations, true, false, candidate.backend);
+      CaseOptions options;
+      options.iterations = flags.iterations;
+      options.verify = false;
+      options.backend = candidate.backend;
+      const CaseResult r = runner.run(c, options);
       table.record(PerfKey::of(shape, env.arch), candidate.backend, r.timing.queued_median_us);
     }
     if (++done % 20 == 0 || done == grid.size()) {

@@ -91,7 +91,13 @@ struct Workspace {
 class PreparedRun {
  public:
   virtual ~PreparedRun() = default;
+  // On the tensors of the Problem the run was prepared for.
   virtual void enqueue(void* stream) = 0;
+  // The same batch on one layer's tensors: an engine prepares once per
+  // decode step and enqueues every layer, whose metadata is the same, with
+  // no host work beyond the launches. Throws InvalidArgument (validate_layer
+  // and the backend's alignment rules) before launching anything.
+  virtual void enqueue(const LayerTensors& layer, void* stream) = 0;
 };
 
 class Backend {

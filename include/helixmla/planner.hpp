@@ -28,4 +28,8 @@ struct PhasePlan {
 // Expects a validated problem.
 PhasePlan plan_phases(const Problem& problem);
 
+// A layer's tensors as the phase starting at `first_token` sees them (the
+// offsets plan_phases gives a part's pointers); null tensors stay null.
+LayerTensors phase_layer(const Problem& whole, const LayerTensors& layer, std::int64_t first_token);
+
 }  // namespace helixmla

@@ -92,6 +92,31 @@ struct Problem {
   }
 };
 
+// What changes from one layer to the next of a decode step: the tensors and
+// the KV dequantisation scale. Everything else of a Problem (lengths, page
+// table, bounds, heads, dtypes, the pool's geometry) is the same in every
+// layer, so one prepared run serves them all (PreparedRun::enqueue).
+struct LayerTensors {
+  const void* q = nullptr;  // [num_tokens, num_heads, head_dim] of q_dtype
+  void* out = nullptr;      // [num_tokens, num_heads, kv_lora_rank] of out_dtype
+  float* stats = nullptr;   // exactly when the run was prepared with statistics
+  const void* kv_pool = nullptr;  // [num_pages, page_size, head_dim] of kv.dtype
+  float kv_scale = 1.0f;
+};
+
+inline LayerTensors layer_tensors(const Problem& problem) {
+  return {problem.q, problem.out, problem.stats.data, problem.kv.pool, problem.kv.scale};
+}
+
+inline Problem with_layer(Problem problem, const LayerTensors& layer) {
+  problem.q = layer.q;
+  problem.out = layer.out;
+  problem.stats.data = layer.stats;
+  problem.kv.pool = layer.kv_pool;
+  problem.kv.scale = layer.kv_scale;
+  return problem;
+}
+
 // KV positions visible to query token `t` (0-based within its request) of a
 // request with `q_len` new tokens and `kv_len` cached tokens (DESIGN §2).
 constexpr std::int64_t visible_kv(std::int64_t kv_len, std::int64_t q_len, std::int64_t t) {

@@ -29,16 +29,8 @@ Phase make_phase(const Problem& whole, PhaseKind kind, std::int32_t first_reques
   phase.first_token = first_token;
 
   Problem& part = phase.problem;
-  part = whole;
-  const std::int64_t heads = whole.num_heads;
-  part.q = advance(whole.q, first_token * heads * whole.dims.head_dim() *
-                                static_cast<std::int64_t>(dtype_size(whole.q_dtype)));
-  part.out = advance(whole.out, first_token * heads * whole.dims.kv_lora_rank *
-                                    static_cast<std::int64_t>(dtype_size(whole.out_dtype)));
-  if (whole.stats.present()) {
-    part.stats.data = whole.stats.data + first_token * whole.stats.heads * whole.stats.width;
-    part.stats.tokens = tokens;
-  }
+  part = with_layer(whole, phase_layer(whole, layer_tensors(whole), first_token));
+  if (whole.stats.present()) part.stats.tokens = tokens;
   part.q_len = whole.q_len.subspan(first_request, requests);
   part.kv_len = whole.kv_len.subspan(first_request, requests);
   const std::size_t stride = static_cast<std::size_t>(whole.page_table_stride);
@@ -52,6 +44,18 @@ Phase make_phase(const Problem& whole, PhaseKind kind, std::int32_t first_reques
 }
 
 }  // namespace
+
+LayerTensors phase_layer(const Problem& whole, const LayerTensors& layer, std::int64_t first_token) {
+  const std::int64_t heads = whole.num_heads;
+  LayerTensors part = layer;
+  part.q = advance(layer.q, first_token * heads * whole.dims.head_dim() *
+                                static_cast<std::int64_t>(dtype_size(whole.q_dtype)));
+  part.out = advance(layer.out, first_token * heads * whole.dims.kv_lora_rank *
+                                    static_cast<std::int64_t>(dtype_size(whole.out_dtype)));
+  part.stats = advance(layer.stats, first_token * whole.stats.heads * whole.stats.width *
+                                        static_cast<std::int64_t>(sizeof(float)));
+  return part;
+}
 
 PhasePlan plan_phases(const Problem& problem) {
   PhasePlan plan;

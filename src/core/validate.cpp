@@ -242,6 +242,21 @@ void validate_helix(const Problem& p) {
 
 }  // namespace
 
+void validate_layer(const LayerTensors& layer, bool prepared_with_stats) {
+  if (layer.q == nullptr) reject("layer.q", -1, text(layer.q), "query tensor is missing");
+  if (layer.out == nullptr) reject("layer.out", -1, text(layer.out), "output tensor is missing");
+  if (layer.kv_pool == nullptr) reject("layer.kv_pool", -1, text(layer.kv_pool), "KV page pool is missing");
+  if (prepared_with_stats && layer.stats == nullptr) {
+    reject("layer.stats", -1, "null", "the run was prepared with statistics: every layer needs a buffer");
+  }
+  if (!prepared_with_stats && layer.stats != nullptr) {
+    reject("layer.stats", -1, "set", "the run was prepared without statistics: prepare one with them");
+  }
+  if (!std::isfinite(layer.kv_scale) || layer.kv_scale <= 0.0f) {
+    reject("layer.kv_scale", -1, text(layer.kv_scale), "must be finite and > 0");
+  }
+}
+
 void validate(const Problem& problem) {
   validate_shape(problem);
   validate_dtypes(problem);

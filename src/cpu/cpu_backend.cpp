@@ -5,6 +5,7 @@
 
 #include "helixmla/error.hpp"
 #include "helixmla/reference.hpp"
+#include "helixmla/validate.hpp"
 
 namespace helixmla::cpu {
 
@@ -34,6 +35,10 @@ class ReferenceRun final : public PreparedRun {
  public:
   explicit ReferenceRun(const Problem& phase) : phase_(phase) {}
   void enqueue(void*) override { reference_attention(phase_); }
+  void enqueue(const LayerTensors& layer, void*) override {
+    validate_layer(layer, phase_.stats.present());
+    reference_attention(with_layer(phase_, layer));
+  }
 
  private:
   Problem phase_;  // spans and pointers refer to caller memory, as for every backend

@@ -18,6 +18,7 @@
 #include "cuda/sm_count.hpp"
 #include "cuda/split_combine.hpp"
 #include "helixmla/error.hpp"
+#include "helixmla/validate.hpp"
 
 namespace helixmla::cuda {
 
@@ -84,29 +85,57 @@ void require_alignment(const char* field, const void* pointer, std::size_t align
   }
 }
 
+// Fields named as the caller passed the tensors: in a Problem, or as `layer.*`.
+void require_tensor_alignment(const LayerTensors& layer, bool as_layer) {
+  require_alignment(as_layer ? "layer.kv_pool" : "kv.pool", layer.kv_pool, 16);
+  require_alignment(as_layer ? "layer.q" : "q", layer.q, 4);
+  require_alignment(as_layer ? "layer.out" : "out", layer.out, 4);
+}
+
 // A prepared phase: its memory (run_memory.hpp) and launch arguments.
 class GenericRun final : public PreparedRun {
  public:
-  explicit GenericRun(int device) : device_(device) {}
+  GenericRun(int device, float softmax_scale) : device_(device), softmax_scale_(softmax_scale) {}
 
   RunMemory& memory() { return memory_; }
 
-  void bind(GenericKernelParams params, SplitCombineArgs combine) {
+  // Launch arguments without the tensors, and the prepared layer's tensors.
+  void bind(GenericKernelParams params, SplitCombineArgs combine, const LayerTensors& layer) {
     params_ = params;
     combine_ = combine;
+    prepared_ = layer;
   }
 
-  void enqueue(void* stream) override {
-    DeviceGuard guard(device_);
-    const auto s = static_cast<cudaStream_t>(stream);
-    launch_generic_attention(params_, s);
-    launch_split_combine(combine_, s);
+  void enqueue(void* stream) override { launch(prepared_, stream); }
+  void enqueue(const LayerTensors& layer, void* stream) override {
+    validate_layer(layer, params_.stats != nullptr);
+    require_tensor_alignment(layer, true);
+    launch(layer, stream);
   }
 
  private:
+  void launch(const LayerTensors& layer, void* stream) const {
+    DeviceGuard guard(device_);
+    const auto s = static_cast<cudaStream_t>(stream);
+    GenericKernelParams params = params_;
+    params.q = layer.q;
+    params.out = layer.out;
+    params.stats = layer.stats;
+    params.pool = layer.kv_pool;
+    params.score_scale = softmax_scale_ * layer.kv_scale * static_cast<float>(M_LOG2E);
+    params.value_scale = layer.kv_scale;
+    SplitCombineArgs combine = combine_;
+    combine.out = layer.out;
+    combine.stats = layer.stats;
+    launch_generic_attention(params, s);
+    launch_split_combine(combine, s);
+  }
+
   int device_;
-  GenericKernelParams params_;
+  float softmax_scale_;
+  GenericKernelParams params_;  // stats non-null exactly when the run writes statistics
   SplitCombineArgs combine_;
+  LayerTensors prepared_;
   RunMemory memory_;
 };
 
@@ -173,9 +202,7 @@ class GenericBackend final : public Backend {
 
   std::unique_ptr<PreparedRun> prepare(const Problem& phase, Workspace workspace, void* stream) const override {
     if (phase.location.kind != Location::Kind::cuda) throw InvalidArgument("location", -1, "host", kHostMemory);
-    require_alignment("kv.pool", phase.kv.pool, 16);
-    require_alignment("q", phase.q, 4);
-    require_alignment("out", phase.out, 4);
+    require_tensor_alignment(layer_tensors(phase), false);
     if (workspace.data != nullptr) require_alignment("workspace.data", workspace.data, 16);
     const int device = phase.location.device;
     DeviceGuard guard(device);
@@ -187,7 +214,7 @@ class GenericBackend final : public Backend {
                             fmt::format("needs {} bytes", layout.total_bytes));
     }
 
-    auto run = std::make_unique<GenericRun>(device);
+    auto run = std::make_unique<GenericRun>(device, phase.softmax_scale);
     auto* base = static_cast<unsigned char*>(run->memory().workspace(workspace.data, layout.total_bytes));
     unsigned char* staging = run->memory().staging(layout.metadata_bytes);
     const auto stage = [&](std::size_t offset, const auto& values) {
@@ -201,16 +228,11 @@ class GenericBackend final : public Backend {
     configure_generic_attention(phase.q_dtype, phase.kv.dtype);
 
     GenericKernelParams params;
-    params.q = phase.q;
-    params.out = phase.out;
     params.stats = phase.stats.present() ? phase.stats.data : nullptr;
-    params.pool = phase.kv.pool;
     params.page_size = phase.kv.page_size;
     params.num_heads = phase.num_heads;
     params.head_dim = phase.dims.head_dim();
     params.kv_lora_rank = phase.dims.kv_lora_rank;
-    params.score_scale = phase.softmax_scale * phase.kv.scale * static_cast<float>(M_LOG2E);
-    params.value_scale = phase.kv.scale;
     params.q_dtype = phase.q_dtype;
     params.kv_dtype = phase.kv.dtype;
     params.items = reinterpret_cast<const GenericWorkItem*>(base + layout.items);
@@ -229,10 +251,8 @@ class GenericBackend final : public Backend {
     combine.partial_out = params.partial_out;
     combine.partial_stats = params.partial_stats;
     combine.kv_lora_rank = phase.dims.kv_lora_rank;
-    combine.out = phase.out;
     combine.out_dtype = phase.out_dtype;
-    combine.stats = params.stats;
-    run->bind(params, combine);
+    run->bind(params, combine, layer_tensors(phase));
     return run;
   }
 

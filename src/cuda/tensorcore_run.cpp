@@ -20,6 +20,7 @@
 #include "cuda/tensorcore_plan.hpp"
 #include "cuda/tensorcore_precompiled.hpp"
 #include "helixmla/error.hpp"
+#include "helixmla/validate.hpp"
 
 namespace helixmla::cuda {
 
@@ -58,40 +59,70 @@ void require_alignment(const char* field, const void* pointer, std::size_t align
   }
 }
 
+// Fields named as the caller passed the tensors: in a Problem, or as `layer.*`.
+void require_tensor_alignment(const LayerTensors& layer, bool as_layer) {
+  require_alignment(as_layer ? "layer.q" : "q", layer.q, 16);
+  require_alignment(as_layer ? "layer.kv_pool" : "kv.pool", layer.kv_pool, 16);
+  require_alignment(as_layer ? "layer.out" : "out", layer.out, 4);
+  if (layer.stats) require_alignment(as_layer ? "layer.stats" : "stats.data", layer.stats, 8);
+}
+
 // A prepared phase: its memory (run_memory.hpp) and launch arguments.
 class TensorcoreRun final : public PreparedRun {
  public:
-  explicit TensorcoreRun(int device) : device_(device) {}
+  TensorcoreRun(int device, double softmax_scale) : device_(device), softmax_scale_(softmax_scale) {}
 
   RunMemory& memory() { return memory_; }
 
-  void set_launch(Kernel kernel, helixmla_tc::Params params, unsigned blocks,
-                  SplitCombineArgs combine) {
+  // Launch arguments without the tensors, and the prepared layer's tensors.
+  void set_launch(Kernel kernel, helixmla_tc::Params params, unsigned blocks, SplitCombineArgs combine,
+                  const LayerTensors& layer) {
     kernel_ = kernel;
     params_ = params;
     blocks_ = blocks;
     combine_ = combine;
+    prepared_ = layer;
   }
 
-  void enqueue(void* stream) override {
+  void enqueue(void* stream) override { launch(prepared_, stream); }
+  void enqueue(const LayerTensors& layer, void* stream) override {
+    validate_layer(layer, params_.stats != nullptr);
+    require_tensor_alignment(layer, true);
+    launch(layer, stream);
+  }
+
+ private:
+  void launch(const LayerTensors& layer, void* stream) const {
     DeviceGuard guard(device_);
     auto s = static_cast<cudaStream_t>(stream);
-    void* args[] = {&params_};
+    helixmla_tc::Params params = params_;
+    params.q = layer.q;
+    params.out = layer.out;
+    params.stats = layer.stats;
+    params.pool = layer.kv_pool;
+    const double kv_scale = layer.kv_scale;  // dequantisation scale of every KV dtype
+    params.scale_log2 = static_cast<float>(softmax_scale_ * kv_scale * M_LOG2E);
+    params.out_scale = static_cast<float>(kv_scale);
+    SplitCombineArgs combine = combine_;
+    combine.out = layer.out;
+    combine.stats = layer.stats;
+    void* args[] = {&params};
     if (kernel_.stub) {
       HELIXMLA_CUDA_CHECK(cudaLaunchKernel(kernel_.stub, dim3(blocks_), dim3(helixmla_tc::kThreads),
                                            args, static_cast<std::size_t>(kernel_.smem_bytes), s));
     } else {
       launch_jit_kernel(kernel_.function, blocks_, kernel_.smem_bytes, s, args);
     }
-    launch_split_combine(combine_, s);
+    launch_split_combine(combine, s);
   }
 
- private:
   int device_;
+  double softmax_scale_;
   Kernel kernel_;
-  helixmla_tc::Params params_{};
+  helixmla_tc::Params params_{};  // stats non-null exactly when the run writes statistics
   unsigned blocks_ = 0;
   SplitCombineArgs combine_;
+  LayerTensors prepared_;
   RunMemory memory_;
 };
 
@@ -114,10 +145,7 @@ std::size_t tensorcore_workspace_bytes(const Problem& phase, const TensorcoreVar
 std::unique_ptr<PreparedRun> prepare_tensorcore(const Problem& phase, const TensorcoreVariant& variant,
                                                 Workspace workspace, void* stream) {
   DeviceGuard guard(phase.location.device);
-  require_alignment("q", phase.q, 16);
-  require_alignment("kv.pool", phase.kv.pool, 16);
-  require_alignment("out", phase.out, 4);
-  if (phase.stats.present()) require_alignment("stats.data", phase.stats.data, 8);
+  require_tensor_alignment(layer_tensors(phase), false);
   const std::shared_ptr<const TensorcorePlan> planned =
       tensorcore_plan_for(phase, variant.rows, parallel_blocks(phase, variant));
   const TensorcorePlan& plan = *planned;
@@ -130,14 +158,11 @@ std::unique_ptr<PreparedRun> prepare_tensorcore(const Problem& phase, const Tens
     throw InvalidArgument("workspace.data", -1, "misaligned", "must be 16-byte aligned");
   }
   const Kernel kernel = kernel_for(variant);
-  auto run = std::make_unique<TensorcoreRun>(phase.location.device);
+  auto run = std::make_unique<TensorcoreRun>(phase.location.device, phase.softmax_scale);
   auto* base = static_cast<unsigned char*>(run->memory().workspace(workspace.data, plan.workspace_bytes));
 
   helixmla_tc::Params params{};
-  params.q = phase.q;
-  params.out = phase.out;
   params.stats = phase.stats.present() ? phase.stats.data : nullptr;
-  params.pool = phase.kv.pool;
   params.page_table = reinterpret_cast<const int*>(base + plan.page_table_offset);
   params.token_bounds = phase.helix.token_kv_bounds.empty()
                             ? nullptr
@@ -147,9 +172,6 @@ std::unique_ptr<PreparedRun> prepare_tensorcore(const Problem& phase, const Tens
   params.partial_stats = reinterpret_cast<float*>(base + plan.partial_stats_offset);
   params.page_table_stride = phase.page_table_stride;
   params.heads = phase.num_heads;
-  const double kv_scale = phase.kv.scale;  // dequantisation scale of every KV dtype
-  params.scale_log2 = static_cast<float>(phase.softmax_scale * kv_scale * M_LOG2E);
-  params.out_scale = static_cast<float>(kv_scale);
 
   SplitCombineArgs combine;
   combine.segments = reinterpret_cast<const SplitSegment*>(base + plan.segments_offset);
@@ -159,11 +181,9 @@ std::unique_ptr<PreparedRun> prepare_tensorcore(const Problem& phase, const Tens
   combine.partial_out = params.partial_out;
   combine.partial_stats = params.partial_stats;
   combine.kv_lora_rank = helixmla_tc::kLatent;
-  combine.out = phase.out;
   combine.out_dtype = phase.out_dtype;
-  combine.stats = params.stats;
 
-  run->set_launch(kernel, params, static_cast<unsigned>(plan.items.size()), combine);
+  run->set_launch(kernel, params, static_cast<unsigned>(plan.items.size()), combine, layer_tensors(phase));
   unsigned char* staging = run->memory().staging(plan.metadata_bytes);
   const auto put = [staging](std::size_t offset, const void* data, std::size_t bytes) {
     if (bytes > 0) std::memcpy(staging + offset, data, bytes);

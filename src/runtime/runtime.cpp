@@ -42,15 +42,35 @@ PerfTable load_perf_table(const RuntimeOptions& options, const Environment& env)
   return path.empty() ? PerfTable{} : PerfTable::load(path, field);
 }
 
+// The phases' runs in order; a layer's tensors reach each phase at the
+// offsets plan_phases gave its part.
 class CompositeRun final : public PreparedRun {
  public:
-  void add(std::unique_ptr<PreparedRun> run) { runs_.push_back(std::move(run)); }
+  explicit CompositeRun(const Problem& whole) {
+    shape_.dims = whole.dims;
+    shape_.num_heads = whole.num_heads;
+    shape_.q_dtype = whole.q_dtype;
+    shape_.out_dtype = whole.out_dtype;
+    shape_.stats = whole.stats;
+  }
+  void add(std::unique_ptr<PreparedRun> run, std::int64_t first_token) {
+    phases_.push_back({std::move(run), first_token});
+  }
   void enqueue(void* stream) override {
-    for (auto& run : runs_) run->enqueue(stream);
+    for (auto& phase : phases_) phase.run->enqueue(stream);
+  }
+  void enqueue(const LayerTensors& layer, void* stream) override {
+    validate_layer(layer, shape_.stats.present());
+    for (auto& phase : phases_) phase.run->enqueue(phase_layer(shape_, layer, phase.first_token), stream);
   }
 
  private:
-  std::vector<std::unique_ptr<PreparedRun>> runs_;
+  struct PhaseRun {
+    std::unique_ptr<PreparedRun> run;
+    std::int64_t first_token;
+  };
+  Problem shape_;  // what the offsets depend on, and whether stats are written; no spans
+  std::vector<PhaseRun> phases_;
 };
 
 }  // namespace
@@ -95,7 +115,7 @@ std::unique_ptr<PreparedRun> Runtime::prepare(const Problem& problem, Workspace 
   validate(problem);
   const PhasePlan plan = plan_phases(problem);
   const Selection selection = select_phases(plan, problem);
-  auto composite = std::make_unique<CompositeRun>();
+  auto composite = std::make_unique<CompositeRun>(problem);
   auto* cursor = static_cast<unsigned char*>(workspace.data);
   std::size_t left = workspace.bytes;
   for (const auto& [phase, decision] :
@@ -117,7 +137,7 @@ std::unique_ptr<PreparedRun> Runtime::prepare(const Problem& problem, Workspace 
       cursor += need;
       left -= need;
     }
-    composite->add(backend.prepare((*phase)->problem, part, stream));
+    composite->add(backend.prepare((*phase)->problem, part, stream), (*phase)->first_token);
   }
   return composite;
 }

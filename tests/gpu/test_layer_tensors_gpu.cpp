@@ -1,0 +1,168 @@
+// One run prepared per decode step and enqueued on several layers' tensors,
+// on both CUDA backends through the Runtime: a mixed batch with a split
+// request and statistics, two layers captured into one CUDA graph, each
+// layer against the float64 reference with its own KV scale, the prepared
+// layer's outputs left poisoned, and misaligned layer tensors refused.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda/generic_backend.hpp"
+#include "cuda/tensorcore_backend.hpp"
+#include "device_batch.hpp"
+#include "gpu/gpu_test_support.hpp"
+#include "helixmla/error.hpp"
+#include "helixmla/runtime.hpp"
+#include "synthetic_batch.hpp"
+
+namespace helixmla::testing {
+namespace {
+
+// Two contexts and three verify groups of 2, one of them long enough to be
+// split, with statistics.
+BatchSpec layer_spec(DType kv) {
+  BatchSpec spec;
+  spec.heads = 24;
+  spec.contexts = 2;
+  spec.context_len = 70;
+  spec.generations = 3;
+  spec.q_len = 2;
+  spec.kv_len = {20000, 130, 301};
+  spec.page_size = 64;
+  spec.use_kv_dtype(kv);
+  spec.stats = true;
+  spec.seed = 11;
+  return spec;
+}
+
+// Layer `index` of the batch of `first`: its own values and KV scale, the
+// same lengths and page table.
+SyntheticBatch layer_of(const SyntheticBatch& first, int index) {
+  BatchSpec spec = first.spec();
+  spec.seed += 100 * static_cast<std::uint64_t>(index);
+  spec.kv_scale = first.spec().kv_scale * static_cast<float>(1 << index);
+  SyntheticBatch layer(spec);
+  layer.page_table_ = first.page_table_;
+  return layer;
+}
+
+bool outputs_untouched(SyntheticBatch& host, DeviceBatch& device) {
+  device.download_outputs();
+  const Problem p = host.problem();
+  const std::int64_t outputs = p.num_tokens() * p.num_heads * p.dims.kv_lora_rank;
+  for (std::int64_t i = 0; i < outputs; ++i) {
+    if (!std::isnan(load_as_float(p.out, p.out_dtype, i))) return false;
+  }
+  for (float v : host.stats_) {
+    if (!std::isnan(v)) return false;
+  }
+  return true;
+}
+
+// The CUDA backends this GPU has, each behind a Runtime that is made to use it.
+std::vector<std::unique_ptr<Runtime>> cuda_runtimes() {
+  std::vector<std::unique_ptr<Runtime>> runtimes;
+  if (cuda_device_count() == 0) return runtimes;
+  const Environment env = Environment::detect();
+  for (const BackendPtr& backend : {cuda::make_tensorcore_backend(), cuda::make_generic_backend()}) {
+    if (!backend->available(env)) continue;
+    RuntimeOptions options;
+    options.forced_backend = std::string(backend->name());
+    options.environment = env;
+    runtimes.push_back(std::make_unique<Runtime>(options));
+  }
+  return runtimes;
+}
+
+TEST(LayerTensorsGpu, OnePreparedRunServesEveryLayerInOneGraph) {
+  const auto runtimes = cuda_runtimes();
+  if (runtimes.empty()) GTEST_SKIP() << "no CUDA backend available";
+  for (const auto& runtime_ptr : runtimes) {
+    const Runtime& runtime = *runtime_ptr;
+    const std::string backend = runtime.options().forced_backend;
+    for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
+      const std::string label = backend + " " + std::string(to_string(kv));
+      SyntheticBatch first(layer_spec(kv));
+      std::vector<SyntheticBatch> layers;
+      layers.push_back(layer_of(first, 1));
+      layers.push_back(layer_of(first, 2));
+      DeviceBatch first_device(first);
+      std::vector<std::unique_ptr<DeviceBatch>> devices;
+      for (SyntheticBatch& layer : layers) devices.push_back(std::make_unique<DeviceBatch>(layer));
+      TestStream stream;
+      const Problem prepared = first_device.problem();
+      DeviceBuffer workspace(runtime.workspace_bytes(prepared));
+      auto run = runtime.prepare(prepared, {workspace.data(), workspace.bytes()}, stream.get());
+      stream.synchronize();  // metadata uploads land before capture
+
+      cudaGraph_t graph = nullptr;
+      check_cuda(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal), "begin capture");
+      for (auto& device : devices) run->enqueue(layer_tensors(device->problem()), stream.get());
+      check_cuda(cudaStreamEndCapture(stream.get(), &graph), "end capture");
+      cudaGraphExec_t exec = nullptr;
+      check_cuda(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+      first_device.poison_outputs();
+      for (auto& device : devices) device->poison_outputs();
+      check_cuda(cudaDeviceSynchronize(), "poison");
+      check_cuda(cudaGraphLaunch(exec, stream.get()), "graph launch");
+      stream.synchronize();
+      for (std::size_t i = 0; i < layers.size(); ++i) {
+        devices[i]->download_outputs();
+        expect_matches_reference(layers[i], label + " layer " + std::to_string(i + 1));
+      }
+      EXPECT_TRUE(outputs_untouched(first, first_device)) << label << ": the prepared layer was written";
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+
+      run->enqueue(stream.get());
+      stream.synchronize();
+      first_device.download_outputs();
+      expect_matches_reference(first, label + " prepared layer");
+    }
+  }
+}
+
+TEST(LayerTensorsGpu, MisalignedLayerTensorsAreRefusedByName) {
+  const auto runtimes = cuda_runtimes();
+  if (runtimes.empty()) GTEST_SKIP() << "no CUDA backend available";
+  struct Misplaced {
+    const char* field;
+    void (*shift)(LayerTensors&);
+  };
+  const Misplaced cases[] = {
+      {"layer.q", [](LayerTensors& l) { l.q = static_cast<const char*>(l.q) + 2; }},
+      {"layer.kv_pool", [](LayerTensors& l) { l.kv_pool = static_cast<const char*>(l.kv_pool) + 2; }},
+      {"layer.out", [](LayerTensors& l) { l.out = static_cast<char*>(l.out) + 2; }},
+  };
+  for (const auto& runtime : runtimes) {
+    const std::string backend = runtime->options().forced_backend;
+    SyntheticBatch first(layer_spec(DType::bf16));
+    SyntheticBatch second = layer_of(first, 1);
+    DeviceBatch first_device(first);
+    DeviceBatch second_device(second);
+    TestStream stream;
+    auto run = runtime->prepare(first_device.problem(), {}, stream.get());
+    second_device.poison_outputs();
+    for (const Misplaced& c : cases) {
+      LayerTensors layer = layer_tensors(second_device.problem());
+      c.shift(layer);
+      try {
+        run->enqueue(layer, stream.get());
+        ADD_FAILURE() << backend << " " << c.field << ": a misaligned tensor was accepted";
+      } catch (const InvalidArgument& e) {
+        EXPECT_EQ(e.field(), c.field) << backend << ": " << e.what();
+      }
+    }
+    stream.synchronize();
+    EXPECT_TRUE(outputs_untouched(second, second_device)) << backend << ": ran before refusing";
+  }
+}
+
+}  // namespace
+}  // namespace helixmla::testing

@@ -1,0 +1,155 @@
+// One run prepared per decode step, enqueued on every layer's tensors
+// (PreparedRun::enqueue with LayerTensors): each layer's outputs against the
+// naive float64 attention of that layer, the prepared layer left untouched,
+// and bad layers refused by name before anything runs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "compare.hpp"
+#include "helixmla/error.hpp"
+#include "helixmla/planner.hpp"
+#include "helixmla/reference.hpp"
+#include "helixmla/runtime.hpp"
+#include "naive_attention.hpp"
+#include "synthetic_batch.hpp"
+
+namespace helixmla {
+namespace {
+
+// A mixed batch (two contexts, three verify groups of 2) with statistics.
+testing::BatchSpec mixed_spec(DType kv_dtype, std::uint64_t seed) {
+  testing::BatchSpec spec;
+  spec.dims = {64, 16};
+  spec.heads = 3;
+  spec.contexts = 2;
+  spec.context_len = 9;
+  spec.generations = 3;
+  spec.q_len = 2;
+  spec.kv_len = {40, 7, 65};
+  spec.page_size = 16;
+  spec.use_kv_dtype(kv_dtype);
+  spec.stats = true;
+  spec.seed = seed;
+  return spec;
+}
+
+// A second layer of `first`'s batch: its own Q, KV values and KV scale,
+// the same lengths and page table.
+testing::SyntheticBatch second_layer(const testing::SyntheticBatch& first, float kv_scale) {
+  testing::BatchSpec spec = first.spec();
+  spec.seed += 100;
+  spec.kv_scale = kv_scale;
+  testing::SyntheticBatch layer(spec);
+  layer.page_table_ = first.page_table_;
+  return layer;
+}
+
+Runtime host_runtime() {
+  RuntimeOptions options;
+  options.environment = Environment{};
+  return Runtime(options);
+}
+
+// Whether every output and statistic still holds the poison.
+bool untouched(testing::SyntheticBatch& batch) {
+  const Problem p = batch.problem();
+  const std::int64_t outputs = p.num_tokens() * p.num_heads * p.dims.kv_lora_rank;
+  for (std::int64_t i = 0; i < outputs; ++i) {
+    if (!std::isnan(load_as_float(p.out, p.out_dtype, i))) return false;
+  }
+  for (float v : batch.stats_) {
+    if (!std::isnan(v)) return false;
+  }
+  return true;
+}
+
+void expect_matches_naive(testing::SyntheticBatch& batch, const std::string& label) {
+  const Problem p = batch.problem();
+  const testing::NaiveResult naive = testing::naive_attention(p);
+  const testing::Comparison out = testing::compare(p.out, p.out_dtype, naive.out);
+  EXPECT_TRUE(out.within(1e-2)) << label << ": rel L2 " << out.rel_l2_err << ", non-finite " << out.non_finite;
+  const testing::StatsComparison stats = testing::compare_stats(batch.stats_, naive.stats);
+  EXPECT_TRUE(stats.within(1e-5)) << label << ": m " << stats.max_m_err << ", l " << stats.max_l_rel_err;
+}
+
+TEST(LayerTensors, OneRunComputesEveryLayerOfAMixedBatch) {
+  for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
+    const std::string label(to_string(kv));
+    testing::SyntheticBatch first(mixed_spec(kv, 1));
+    testing::SyntheticBatch second = second_layer(first, 2.0f * first.spec().kv_scale);
+    const Runtime runtime = host_runtime();
+    auto run = runtime.prepare(first.problem(), {}, nullptr);
+
+    first.poison_outputs();
+    second.poison_outputs();
+    run->enqueue(layer_tensors(second.problem()), nullptr);
+    expect_matches_naive(second, label + ", second layer");
+    EXPECT_TRUE(untouched(first)) << label << ": the prepared layer's outputs were written";
+
+    first.poison_outputs();
+    run->enqueue(nullptr);
+    expect_matches_naive(first, label + ", prepared layer");
+  }
+}
+
+TEST(LayerTensors, PhaseLayerOffsetsMatchThePlannedParts) {
+  testing::SyntheticBatch batch(mixed_spec(DType::bf16, 3));
+  const Problem whole = batch.problem();
+  const PhasePlan plan = plan_phases(whole);
+  for (const Phase* phase : {&*plan.context, &*plan.generation}) {
+    const LayerTensors part = phase_layer(whole, layer_tensors(whole), phase->first_token);
+    EXPECT_EQ(part.q, phase->problem.q);
+    EXPECT_EQ(part.out, phase->problem.out);
+    EXPECT_EQ(part.stats, phase->problem.stats.data);
+    EXPECT_EQ(part.kv_pool, phase->problem.kv.pool);
+  }
+  EXPECT_NE(plan.generation->problem.q, whole.q);  // the generations start past the contexts' tokens
+}
+
+// Each bad layer names its field; the outputs stay poisoned (nothing ran).
+TEST(LayerTensors, BadLayersAreRefusedByName) {
+  testing::SyntheticBatch first(mixed_spec(DType::bf16, 5));
+  testing::SyntheticBatch second = second_layer(first, 1.0f);
+  const Runtime runtime = host_runtime();
+  auto with_stats = runtime.prepare(first.problem(), {}, nullptr);
+  testing::BatchSpec plain = first.spec();
+  plain.stats = false;
+  testing::SyntheticBatch no_stats_batch(plain);
+  auto without_stats = runtime.prepare(no_stats_batch.problem(), {}, nullptr);
+
+  struct Case {
+    const char* field;
+    PreparedRun* run;
+    void (*spoil)(LayerTensors&);
+  };
+  const Case cases[] = {
+      {"layer.q", with_stats.get(), [](LayerTensors& l) { l.q = nullptr; }},
+      {"layer.out", with_stats.get(), [](LayerTensors& l) { l.out = nullptr; }},
+      {"layer.kv_pool", with_stats.get(), [](LayerTensors& l) { l.kv_pool = nullptr; }},
+      {"layer.stats", with_stats.get(), [](LayerTensors& l) { l.stats = nullptr; }},
+      {"layer.stats", without_stats.get(), [](LayerTensors&) {}},
+      {"layer.kv_scale", with_stats.get(), [](LayerTensors& l) { l.kv_scale = 0.0f; }},
+      {"layer.kv_scale", with_stats.get(),
+       [](LayerTensors& l) { l.kv_scale = std::numeric_limits<float>::quiet_NaN(); }},
+  };
+  for (const Case& c : cases) {
+    second.poison_outputs();
+    LayerTensors layer = layer_tensors(second.problem());
+    c.spoil(layer);
+    try {
+      c.run->enqueue(layer, nullptr);
+      ADD_FAILURE() << c.field << ": accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_EQ(e.field(), c.field) << e.what();
+    }
+    EXPECT_TRUE(untouched(second)) << c.field << ": ran before refusing";
+  }
+}
+
+}  // namespace
+}  // namespace helixmla
