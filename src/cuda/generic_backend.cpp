@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "cuda/capture_check.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/device_guard.hpp"
 #include "cuda/generic_kernel.cuh"
@@ -206,6 +207,7 @@ class GenericBackend final : public Backend {
     if (workspace.data != nullptr) require_alignment("workspace.data", workspace.data, 16);
     const int device = phase.location.device;
     DeviceGuard guard(device);
+    refuse_capturing_stream(static_cast<cudaStream_t>(stream));
 
     const GenericWorkPlan plan = plan_generic_work(phase, device_sm_count(device));
     const GenericWorkspaceLayout layout = generic_workspace_layout(plan, phase);

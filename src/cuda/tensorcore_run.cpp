@@ -10,6 +10,7 @@
 #include <cstring>
 #include <string>
 
+#include "cuda/capture_check.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/device_guard.hpp"
 #include "cuda/run_memory.hpp"
@@ -145,6 +146,7 @@ std::size_t tensorcore_workspace_bytes(const Problem& phase, const TensorcoreVar
 std::unique_ptr<PreparedRun> prepare_tensorcore(const Problem& phase, const TensorcoreVariant& variant,
                                                 Workspace workspace, void* stream) {
   DeviceGuard guard(phase.location.device);
+  refuse_capturing_stream(static_cast<cudaStream_t>(stream));
   require_tensor_alignment(layer_tensors(phase), false);
   const std::shared_ptr<const TensorcorePlan> planned =
       tensorcore_plan_for(phase, variant.rows, parallel_blocks(phase, variant));

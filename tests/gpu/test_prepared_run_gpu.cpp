@@ -1,8 +1,10 @@
-// One run prepared per decode step and enqueued on several layers' tensors,
-// on both CUDA backends through the Runtime: a mixed batch with a split
-// request and statistics, two layers captured into one CUDA graph, each
-// layer against the float64 reference with its own KV scale, the prepared
-// layer's outputs left poisoned, and misaligned layer tensors refused.
+// How a prepared run meets layers and CUDA graphs, on both CUDA backends
+// through the Runtime. One run prepared per decode step and enqueued on
+// several layers' tensors: a mixed batch with a split request and
+// statistics, two layers captured into one graph, each layer against the
+// float64 reference with its own KV scale, the prepared layer's outputs
+// left poisoned, misaligned layer tensors refused. And prepare itself
+// refused on a capturing stream (its metadata upload must not be captured).
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -161,6 +163,40 @@ TEST(LayerTensorsGpu, MisalignedLayerTensorsAreRefusedByName) {
     }
     stream.synchronize();
     EXPECT_TRUE(outputs_untouched(second, second_device)) << backend << ": ran before refusing";
+  }
+}
+
+TEST(PreparedRunGpu, PrepareOnACapturingStreamIsRefused) {
+  const auto runtimes = cuda_runtimes();
+  if (runtimes.empty()) GTEST_SKIP() << "no CUDA backend available";
+  for (const auto& runtime : runtimes) {
+    const std::string backend = runtime->options().forced_backend;
+    SyntheticBatch host(layer_spec(DType::bf16));
+    DeviceBatch device(host);
+    const Problem problem = device.problem();
+    DeviceBuffer workspace(runtime->workspace_bytes(problem));
+    TestStream stream;
+    check_cuda(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal), "begin capture");
+    try {
+      runtime->prepare(problem, {workspace.data(), workspace.bytes()}, stream.get());
+      ADD_FAILURE() << backend << ": prepare on a capturing stream was accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_EQ(e.field(), "stream") << backend << ": " << e.what();
+    }
+    cudaGraph_t graph = nullptr;
+    // The refusal left the capture valid and empty.
+    check_cuda(cudaStreamEndCapture(stream.get(), &graph), "end capture");
+    std::size_t nodes = 1;
+    check_cuda(cudaGraphGetNodes(graph, nullptr, &nodes), "graph nodes");
+    EXPECT_EQ(nodes, 0u) << backend;
+    cudaGraphDestroy(graph);
+
+    device.poison_outputs();
+    auto run = runtime->prepare(problem, {workspace.data(), workspace.bytes()}, stream.get());
+    run->enqueue(stream.get());
+    stream.synchronize();
+    device.download_outputs();
+    expect_matches_reference(host, backend + " after the refused capture");
   }
 }
 

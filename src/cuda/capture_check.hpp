@@ -1,0 +1,27 @@
+// Preparing a run uploads its metadata from pinned staging that a pool
+// recycles once an event says the copy has run. Captured into a CUDA graph,
+// the copy runs only at replay and the event is a captured one: the pool
+// could never recycle the buffer, querying the event leaves an error that a
+// later launch check reports as its own, and in global capture mode a fresh
+// pinned allocation invalidates the capture. So prepare refuses a capturing
+// stream with a clear error; a graph captures enqueue.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "cuda/cuda_check.hpp"
+#include "helixmla/error.hpp"
+
+namespace helixmla::cuda {
+
+inline void refuse_capturing_stream(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  HELIXMLA_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  if (status != cudaStreamCaptureStatusNone) {
+    throw InvalidArgument("stream", -1, status == cudaStreamCaptureStatusActive ? "capturing" : "capture invalidated",
+                          "prepare uploads metadata and cannot be captured into a CUDA graph: prepare before "
+                          "the capture and capture the run's enqueue");
+  }
+}
+
+}  // namespace helixmla::cuda
