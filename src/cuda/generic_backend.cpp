@@ -15,11 +15,11 @@
 #include "cuda/device_guard.hpp"
 #include "cuda/generic_kernel.cuh"
 #include "cuda/generic_work_plan.hpp"
+#include "cuda/layer_bound_run.hpp"
 #include "cuda/run_memory.hpp"
 #include "cuda/sm_count.hpp"
 #include "cuda/split_combine.hpp"
 #include "helixmla/error.hpp"
-#include "helixmla/validate.hpp"
 
 namespace helixmla::cuda {
 
@@ -79,43 +79,24 @@ class GenericCatalog final : public KernelCatalog {
   }
 };
 
-void require_alignment(const char* field, const void* pointer, std::size_t alignment) {
-  if (reinterpret_cast<std::uintptr_t>(pointer) % alignment != 0) {
-    throw InvalidArgument(field, -1, fmt::format("{}", pointer),
-                          fmt::format("the generic kernel needs {}-byte alignment", alignment));
-  }
-}
-
-// Fields named as the caller passed the tensors: in a Problem, or as `layer.*`.
-void require_tensor_alignment(const LayerTensors& layer, bool as_layer) {
-  require_alignment(as_layer ? "layer.kv_pool" : "kv.pool", layer.kv_pool, 16);
-  require_alignment(as_layer ? "layer.q" : "q", layer.q, 4);
-  require_alignment(as_layer ? "layer.out" : "out", layer.out, 4);
-}
+constexpr TensorAlignment kAlignment{"the generic kernel", 4, 16, 4, 0};
 
 // A prepared phase: its memory (run_memory.hpp) and launch arguments.
-class GenericRun final : public PreparedRun {
+class GenericRun final : public LayerBoundRun {
  public:
-  GenericRun(int device, float softmax_scale) : device_(device), softmax_scale_(softmax_scale) {}
+  GenericRun(int device, const LayerTensors& prepared, float softmax_scale)
+      : LayerBoundRun(prepared, kAlignment), device_(device), softmax_scale_(softmax_scale) {}
 
   RunMemory& memory() { return memory_; }
 
-  // Launch arguments without the tensors, and the prepared layer's tensors.
-  void bind(GenericKernelParams params, SplitCombineArgs combine, const LayerTensors& layer) {
+  // Launch arguments without the tensors.
+  void bind(GenericKernelParams params, SplitCombineArgs combine) {
     params_ = params;
     combine_ = combine;
-    prepared_ = layer;
-  }
-
-  void enqueue(void* stream) override { launch(prepared_, stream); }
-  void enqueue(const LayerTensors& layer, void* stream) override {
-    validate_layer(layer, params_.stats != nullptr);
-    require_tensor_alignment(layer, true);
-    launch(layer, stream);
   }
 
  private:
-  void launch(const LayerTensors& layer, void* stream) const {
+  void launch(const LayerTensors& layer, void* stream) const override {
     DeviceGuard guard(device_);
     const auto s = static_cast<cudaStream_t>(stream);
     GenericKernelParams params = params_;
@@ -134,9 +115,8 @@ class GenericRun final : public PreparedRun {
 
   int device_;
   float softmax_scale_;
-  GenericKernelParams params_;  // stats non-null exactly when the run writes statistics
+  GenericKernelParams params_;
   SplitCombineArgs combine_;
-  LayerTensors prepared_;
   RunMemory memory_;
 };
 
@@ -203,8 +183,8 @@ class GenericBackend final : public Backend {
 
   std::unique_ptr<PreparedRun> prepare(const Problem& phase, Workspace workspace, void* stream) const override {
     if (phase.location.kind != Location::Kind::cuda) throw InvalidArgument("location", -1, "host", kHostMemory);
-    require_tensor_alignment(layer_tensors(phase), false);
-    if (workspace.data != nullptr) require_alignment("workspace.data", workspace.data, 16);
+    require_tensor_alignment(layer_tensors(phase), kAlignment, false);
+    if (workspace.data != nullptr) require_alignment("workspace.data", workspace.data, 16, kAlignment.backend);
     const int device = phase.location.device;
     DeviceGuard guard(device);
     refuse_capturing_stream(static_cast<cudaStream_t>(stream));
@@ -216,7 +196,7 @@ class GenericBackend final : public Backend {
                             fmt::format("needs {} bytes", layout.total_bytes));
     }
 
-    auto run = std::make_unique<GenericRun>(device, phase.softmax_scale);
+    auto run = std::make_unique<GenericRun>(device, layer_tensors(phase), phase.softmax_scale);
     auto* base = static_cast<unsigned char*>(run->memory().workspace(workspace.data, layout.total_bytes));
     unsigned char* staging = run->memory().staging(layout.metadata_bytes);
     const auto stage = [&](std::size_t offset, const auto& values) {
@@ -230,7 +210,6 @@ class GenericBackend final : public Backend {
     configure_generic_attention(phase.q_dtype, phase.kv.dtype);
 
     GenericKernelParams params;
-    params.stats = phase.stats.present() ? phase.stats.data : nullptr;
     params.page_size = phase.kv.page_size;
     params.num_heads = phase.num_heads;
     params.head_dim = phase.dims.head_dim();
@@ -254,7 +233,7 @@ class GenericBackend final : public Backend {
     combine.partial_stats = params.partial_stats;
     combine.kv_lora_rank = phase.dims.kv_lora_rank;
     combine.out_dtype = phase.out_dtype;
-    run->bind(params, combine, layer_tensors(phase));
+    run->bind(params, combine);
     return run;
   }
 

@@ -13,6 +13,7 @@
 #include "cuda/capture_check.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/device_guard.hpp"
+#include "cuda/layer_bound_run.hpp"
 #include "cuda/run_memory.hpp"
 #include "cuda/sm_count.hpp"
 #include "cuda/split_combine.hpp"
@@ -21,7 +22,6 @@
 #include "cuda/tensorcore_plan.hpp"
 #include "cuda/tensorcore_precompiled.hpp"
 #include "helixmla/error.hpp"
-#include "helixmla/validate.hpp"
 
 namespace helixmla::cuda {
 
@@ -53,47 +53,26 @@ Kernel kernel_for(const TensorcoreVariant& variant) {
 
 // The kernel's 16-byte cp.async loads, 4-byte output stores and 8-byte stats
 // stores need aligned tensors; a misaligned access would poison the context.
-void require_alignment(const char* field, const void* pointer, std::size_t alignment) {
-  if (reinterpret_cast<std::uintptr_t>(pointer) % alignment != 0) {
-    throw InvalidArgument(field, -1, fmt::format("{}", pointer),
-                          fmt::format("cuda_tensorcore needs {}-byte alignment", alignment));
-  }
-}
-
-// Fields named as the caller passed the tensors: in a Problem, or as `layer.*`.
-void require_tensor_alignment(const LayerTensors& layer, bool as_layer) {
-  require_alignment(as_layer ? "layer.q" : "q", layer.q, 16);
-  require_alignment(as_layer ? "layer.kv_pool" : "kv.pool", layer.kv_pool, 16);
-  require_alignment(as_layer ? "layer.out" : "out", layer.out, 4);
-  if (layer.stats) require_alignment(as_layer ? "layer.stats" : "stats.data", layer.stats, 8);
-}
+constexpr TensorAlignment kAlignment{"cuda_tensorcore", 16, 16, 4, 8};
 
 // A prepared phase: its memory (run_memory.hpp) and launch arguments.
-class TensorcoreRun final : public PreparedRun {
+class TensorcoreRun final : public LayerBoundRun {
  public:
-  TensorcoreRun(int device, double softmax_scale) : device_(device), softmax_scale_(softmax_scale) {}
+  TensorcoreRun(int device, const LayerTensors& prepared, double softmax_scale)
+      : LayerBoundRun(prepared, kAlignment), device_(device), softmax_scale_(softmax_scale) {}
 
   RunMemory& memory() { return memory_; }
 
-  // Launch arguments without the tensors, and the prepared layer's tensors.
-  void set_launch(Kernel kernel, helixmla_tc::Params params, unsigned blocks, SplitCombineArgs combine,
-                  const LayerTensors& layer) {
+  // Launch arguments without the tensors.
+  void set_launch(Kernel kernel, helixmla_tc::Params params, unsigned blocks, SplitCombineArgs combine) {
     kernel_ = kernel;
     params_ = params;
     blocks_ = blocks;
     combine_ = combine;
-    prepared_ = layer;
-  }
-
-  void enqueue(void* stream) override { launch(prepared_, stream); }
-  void enqueue(const LayerTensors& layer, void* stream) override {
-    validate_layer(layer, params_.stats != nullptr);
-    require_tensor_alignment(layer, true);
-    launch(layer, stream);
   }
 
  private:
-  void launch(const LayerTensors& layer, void* stream) const {
+  void launch(const LayerTensors& layer, void* stream) const override {
     DeviceGuard guard(device_);
     auto s = static_cast<cudaStream_t>(stream);
     helixmla_tc::Params params = params_;
@@ -120,10 +99,9 @@ class TensorcoreRun final : public PreparedRun {
   int device_;
   double softmax_scale_;
   Kernel kernel_;
-  helixmla_tc::Params params_{};  // stats non-null exactly when the run writes statistics
+  helixmla_tc::Params params_{};
   unsigned blocks_ = 0;
   SplitCombineArgs combine_;
-  LayerTensors prepared_;
   RunMemory memory_;
 };
 
@@ -147,7 +125,7 @@ std::unique_ptr<PreparedRun> prepare_tensorcore(const Problem& phase, const Tens
                                                 Workspace workspace, void* stream) {
   DeviceGuard guard(phase.location.device);
   refuse_capturing_stream(static_cast<cudaStream_t>(stream));
-  require_tensor_alignment(layer_tensors(phase), false);
+  require_tensor_alignment(layer_tensors(phase), kAlignment, false);
   const std::shared_ptr<const TensorcorePlan> planned =
       tensorcore_plan_for(phase, variant.rows, parallel_blocks(phase, variant));
   const TensorcorePlan& plan = *planned;
@@ -156,15 +134,12 @@ std::unique_ptr<PreparedRun> prepare_tensorcore(const Problem& phase, const Tens
                           "cuda_tensorcore needs at least " +
                               std::to_string(plan.workspace_bytes) + " bytes for this phase");
   }
-  if (reinterpret_cast<std::uintptr_t>(workspace.data) % 16 != 0) {
-    throw InvalidArgument("workspace.data", -1, "misaligned", "must be 16-byte aligned");
-  }
+  require_alignment("workspace.data", workspace.data, 16, kAlignment.backend);
   const Kernel kernel = kernel_for(variant);
-  auto run = std::make_unique<TensorcoreRun>(phase.location.device, phase.softmax_scale);
+  auto run = std::make_unique<TensorcoreRun>(phase.location.device, layer_tensors(phase), phase.softmax_scale);
   auto* base = static_cast<unsigned char*>(run->memory().workspace(workspace.data, plan.workspace_bytes));
 
   helixmla_tc::Params params{};
-  params.stats = phase.stats.present() ? phase.stats.data : nullptr;
   params.page_table = reinterpret_cast<const int*>(base + plan.page_table_offset);
   params.token_bounds = phase.helix.token_kv_bounds.empty()
                             ? nullptr
@@ -185,7 +160,7 @@ std::unique_ptr<PreparedRun> prepare_tensorcore(const Problem& phase, const Tens
   combine.kv_lora_rank = helixmla_tc::kLatent;
   combine.out_dtype = phase.out_dtype;
 
-  run->set_launch(kernel, params, static_cast<unsigned>(plan.items.size()), combine, layer_tensors(phase));
+  run->set_launch(kernel, params, static_cast<unsigned>(plan.items.size()), combine);
   unsigned char* staging = run->memory().staging(plan.metadata_bytes);
   const auto put = [staging](std::size_t offset, const void* data, std::size_t bytes) {
     if (bytes > 0) std::memcpy(staging + offset, data, bytes);

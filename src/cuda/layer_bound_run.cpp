@@ -1,0 +1,32 @@
+#include "cuda/layer_bound_run.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdint>
+
+#include "helixmla/error.hpp"
+#include "helixmla/validate.hpp"
+
+namespace helixmla::cuda {
+
+void require_alignment(const char* field, const void* pointer, std::size_t alignment, const char* backend) {
+  if (alignment > 1 && reinterpret_cast<std::uintptr_t>(pointer) % alignment != 0) {
+    throw InvalidArgument(field, -1, fmt::format("{}", pointer),
+                          fmt::format("{} needs {}-byte alignment", backend, alignment));
+  }
+}
+
+void require_tensor_alignment(const LayerTensors& layer, const TensorAlignment& need, bool as_layer) {
+  require_alignment(as_layer ? "layer.q" : "q", layer.q, need.q, need.backend);
+  require_alignment(as_layer ? "layer.kv_pool" : "kv.pool", layer.kv_pool, need.kv_pool, need.backend);
+  require_alignment(as_layer ? "layer.out" : "out", layer.out, need.out, need.backend);
+  if (layer.stats) require_alignment(as_layer ? "layer.stats" : "stats.data", layer.stats, need.stats, need.backend);
+}
+
+void LayerBoundRun::enqueue(const LayerTensors& layer, void* stream) {
+  validate_layer(layer, prepared_.stats != nullptr);
+  require_tensor_alignment(layer, need_, true);
+  launch(layer, stream);
+}
+
+}  // namespace helixmla::cuda
