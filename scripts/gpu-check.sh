@@ -59,6 +59,9 @@ summary+=("build: $(elapsed) s")
 if step run; then
   "$build/helixmla" run >"$out/run.txt" 2>&1
   summary+=("helixmla run (default problem): exit $?: $(sed -n 3p "$out/run.txt")")
+  # The engine's flow: one prepared run, four layers, a mixed batch with statistics.
+  "$build/helixmla" run --layers 4 --contexts 1 --stats --heads 48 --kv-dtype fp8 >"$out/run-layers.txt" 2>&1
+  summary+=("helixmla run --layers 4 (mixed, fp8, stats): exit $?: $(sed -n 3p "$out/run-layers.txt")")
 fi
 # The gtest binaries run directly: one process instead of one per test (CUDA
 # start-up in each of ~400 processes costs minutes of device time). CTest runs

@@ -165,4 +165,13 @@ Problem SyntheticBatch::problem() {
   return p;
 }
 
+SyntheticBatch another_layer(const SyntheticBatch& first, int index) {
+  BatchSpec spec = first.spec();
+  spec.seed += 1000 * static_cast<std::uint64_t>(index);
+  spec.kv_scale = first.spec().kv_scale * (1.0f + 0.5f * static_cast<float>(index));
+  SyntheticBatch layer(spec);
+  layer.page_table_ = first.page_table_;
+  return layer;
+}
+
 }  // namespace helixmla::testing

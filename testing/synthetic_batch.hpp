@@ -81,4 +81,10 @@ class SyntheticBatch {
   std::int64_t num_pages_ = 0;
 };
 
+// Layer `index` (>= 1) of the decode step whose first layer is `first`: Q
+// and KV values of its own and a KV scale of its own (first's x (1 + index
+// / 2)), the same lengths and page table, so that a run prepared for
+// `first` runs it too (PreparedRun::enqueue with its LayerTensors).
+SyntheticBatch another_layer(const SyntheticBatch& first, int index);
+
 }  // namespace helixmla::testing

@@ -32,6 +32,7 @@ namespace {
 
 struct RunFlags {
   ProblemFlags problem;
+  int layers = 1;
   int cp = 1;
   std::vector<int> devices;
   int repeat = 3;
@@ -64,8 +65,30 @@ double time_host(PreparedRun& run, int repeat) {
   return median(times);
 }
 
+// One layer's outputs against the naive float64 attention of its batch.
+struct LayerCheck {
+  testing::Comparison error;
+  testing::StatsComparison stats_error;
+  bool pass = false;
+};
+
+LayerCheck check_layer(testing::SyntheticBatch& batch) {
+  const testing::NaiveResult expected = testing::naive_attention(batch.problem());
+  LayerCheck c;
+  c.error = testing::compare(batch.out_.data(), batch.spec().q_dtype, expected.out);
+  if (batch.spec().stats) c.stats_error = testing::compare_stats(batch.stats_, expected.stats);
+  const double tolerance = batch.spec().kv_dtype == DType::fp8_e4m3 ? 3e-2 : 1e-2;
+  c.pass = c.error.within(tolerance) && c.stats_error.within(kStatsTolerance);
+  return c;
+}
+
 int run_single(const RunFlags& flags) {
   testing::SyntheticBatch batch(to_batch_spec(flags.problem));
+  // --layers: the step's other layers, run through the first layer's
+  // prepared run (the engine's flow: prepare once a step, enqueue a layer).
+  std::vector<testing::SyntheticBatch> more_layers;
+  more_layers.reserve(static_cast<std::size_t>(flags.layers - 1));
+  for (int l = 1; l < flags.layers; ++l) more_layers.push_back(testing::another_layer(batch, l));
   RuntimeOptions options;
   options.forced_backend = flags.problem.backend;
   Runtime runtime(options);
@@ -90,10 +113,17 @@ int run_single(const RunFlags& flags) {
     const Timing timing = time_runs({run.get()}, stream, 1, flags.repeat, false);
     time_us = timing.queued_median_us;
     isolated_us = timing.isolated_median_us;
+    std::vector<std::unique_ptr<testing::DeviceBatch>> device_layers;
+    for (testing::SyntheticBatch& layer : more_layers) {
+      device_layers.push_back(std::make_unique<testing::DeviceBatch>(layer, env.device));
+    }
     device_batch.poison_outputs();
+    for (auto& layer : device_layers) layer->poison_outputs();
     run->enqueue(stream);
+    for (auto& layer : device_layers) run->enqueue(layer_tensors(layer->problem()), stream);
     cuda_ok(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     device_batch.download_outputs();
+    for (auto& layer : device_layers) layer->download_outputs();
     cudaStreamDestroy(stream);
   }
 #endif
@@ -105,22 +135,32 @@ int run_single(const RunFlags& flags) {
     isolated_us = time_us;
     batch.poison_outputs();
     run->enqueue(nullptr);
+    for (testing::SyntheticBatch& layer : more_layers) {
+      layer.poison_outputs();
+      run->enqueue(layer_tensors(layer.problem()), nullptr);
+    }
   }
 
-  const testing::NaiveResult expected = testing::naive_attention(batch.problem());
-  const testing::Comparison error = testing::compare(batch.out_.data(), batch.spec().q_dtype, expected.out);
+  // Every layer must pass; the worst one is reported.
+  LayerCheck worst = check_layer(batch);
+  bool pass = worst.pass;
+  for (testing::SyntheticBatch& layer : more_layers) {
+    const LayerCheck c = check_layer(layer);
+    pass = pass && c.pass;
+    if ((worst.pass && !c.pass) || (worst.pass == c.pass && c.error.rel_l2_err > worst.error.rel_l2_err)) worst = c;
+  }
+  const testing::Comparison& error = worst.error;
+  const testing::StatsComparison& stats_error = worst.stats_error;
   const double tolerance = batch.spec().kv_dtype == DType::fp8_e4m3 ? 3e-2 : 1e-2;
   const bool stats = batch.spec().stats;
-  const testing::StatsComparison stats_error =
-      stats ? testing::compare_stats(batch.stats_, expected.stats) : testing::StatsComparison{};
   const bool stats_ok = stats_error.within(kStatsTolerance);
-  const bool pass = error.within(tolerance) && stats_ok;
 
   if (flags.json) {
     nlohmann::json out = {{"backend", backend},         {"time_us", time_us}, {"isolated_us", isolated_us},
                           {"max_abs_err", error.max_abs_err}, {"rel_l2_err", error.rel_l2_err},
                           {"non_finite", error.non_finite},   {"pass", pass},
-                          {"device", on_device ? "cuda" : "cpu"}, {"tokens", batch.num_tokens()}};
+                          {"device", on_device ? "cuda" : "cpu"}, {"tokens", batch.num_tokens()},
+                          {"layers", flags.layers}};
     if (stats) {
       out["stats_ok"] = stats_ok;
       out["stats_max_m_err"] = stats_error.max_m_err;
@@ -131,9 +171,12 @@ int run_single(const RunFlags& flags) {
     std::cout << out.dump() << "\n";
   } else {
     const auto& spec = batch.spec();
-    std::cout << fmt::format("helixmla run: {} heads, {} generations x q_len {}, {} contexts, page {}, kv {} on {}\n",
+    std::cout << fmt::format("helixmla run: {} heads, {} generations x q_len {}, {} contexts, page {}, kv {} on {}{}\n",
                              spec.heads, spec.generations, spec.q_len, spec.contexts, spec.page_size,
-                             to_string(spec.kv_dtype), on_device ? "the GPU" : "the CPU");
+                             to_string(spec.kv_dtype), on_device ? "the GPU" : "the CPU",
+                             flags.layers > 1 ? fmt::format(", {} layers through one prepared run (errors: the worst layer)",
+                                                            flags.layers)
+                                              : "");
     std::cout << fmt::format("{:<40} {:>12} {:>12} {:>12} {:>12}{}\n", "backend", "time_us", "isolated_us",
                              "max_abs_err", "rel_l2_err",
                              stats ? fmt::format(" {:>12} {:>12}", "stats_m_err", "stats_l_err") : "");
@@ -158,6 +201,10 @@ void add_run_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "run", "Run a synthetic batch on a backend and check it against an independent float64 computation");
   add_problem_flags(*cmd, flags->problem);
+  cmd->add_option("--layers", flags->layers,
+                  "Layers of the step (each its own Q, KV values and KV scale) run through one prepared run, "
+                  "as an engine does; every layer is checked")
+      ->capture_default_str()->check(CLI::Range(1, 64));
   cmd->add_option("--cp", flags->cp, "Helix context-parallel ranks (>1 splits the KV over ranks)")
       ->capture_default_str()->check(CLI::Range(1, 64));
   add_int_list(*cmd, "--devices", flags->devices, 0, std::numeric_limits<int>::max(),
@@ -169,6 +216,9 @@ void add_run_command(CLI::App& app) {
   cmd->callback([flags] {
     require_known_backend(flags->problem.backend, builtin_backends(), "this build");
     flags->helix.repeat = flags->repeat;
+    if (flags->layers > 1 && (flags->cp > 1 || !flags->devices.empty())) {
+      throw CLI::ValidationError("--layers", "runs one GPU's batch; it does not combine with --cp or --devices");
+    }
     const int code = flags->cp > 1 || !flags->devices.empty()
                          ? run_helix_command(flags->problem, flags->cp, flags->devices, flags->json, flags->helix)
                          : run_single(*flags);

@@ -43,17 +43,6 @@ BatchSpec layer_spec(DType kv) {
   return spec;
 }
 
-// Layer `index` of the batch of `first`: its own values and KV scale, the
-// same lengths and page table.
-SyntheticBatch layer_of(const SyntheticBatch& first, int index) {
-  BatchSpec spec = first.spec();
-  spec.seed += 100 * static_cast<std::uint64_t>(index);
-  spec.kv_scale = first.spec().kv_scale * static_cast<float>(1 << index);
-  SyntheticBatch layer(spec);
-  layer.page_table_ = first.page_table_;
-  return layer;
-}
-
 bool outputs_untouched(SyntheticBatch& host, DeviceBatch& device) {
   device.download_outputs();
   const Problem p = host.problem();
@@ -92,8 +81,8 @@ TEST(LayerTensorsGpu, OnePreparedRunServesEveryLayerInOneGraph) {
       const std::string label = backend + " " + std::string(to_string(kv));
       SyntheticBatch first(layer_spec(kv));
       std::vector<SyntheticBatch> layers;
-      layers.push_back(layer_of(first, 1));
-      layers.push_back(layer_of(first, 2));
+      layers.push_back(another_layer(first, 1));
+      layers.push_back(another_layer(first, 2));
       DeviceBatch first_device(first);
       std::vector<std::unique_ptr<DeviceBatch>> devices;
       for (SyntheticBatch& layer : layers) devices.push_back(std::make_unique<DeviceBatch>(layer));
@@ -145,7 +134,7 @@ TEST(LayerTensorsGpu, MisalignedLayerTensorsAreRefusedByName) {
   for (const auto& runtime : runtimes) {
     const std::string backend = runtime->options().forced_backend;
     SyntheticBatch first(layer_spec(DType::bf16));
-    SyntheticBatch second = layer_of(first, 1);
+    SyntheticBatch second = another_layer(first, 1);
     DeviceBatch first_device(first);
     DeviceBatch second_device(second);
     TestStream stream;

@@ -179,6 +179,19 @@ TEST_F(Cli, RunReportsQueuedAndIsolatedTimes) {
   EXPECT_TRUE(has(o.output, "isolated_us")) << o.output;
 }
 
+// --layers runs the step's other layers through the first layer's prepared
+// run and checks each (a mixed batch with statistics: both phases' offsets).
+TEST_F(Cli, RunChecksEveryLayerOfOnePreparedRun) {
+  const Outcome o = helixmla(
+      "run --backend cpu --layers 3 --stats --heads 8 --kv-len 100 --batch 3 --contexts 1 --repeat 1 --json");
+  EXPECT_EQ(o.code, 0) << o.output;
+  EXPECT_TRUE(has(o.output, "\"layers\":3")) << o.output;
+  EXPECT_TRUE(has(o.output, "\"pass\":true")) << o.output;
+  EXPECT_TRUE(has(o.output, "\"non_finite\":0")) << o.output;
+  expect_refused("run --layers 2 --cp 2 --heads 16 --kv-len 64 --batch 1", "--layers");
+  expect_refused("run --layers 0 --heads 16 --kv-len 64 --batch 1", "--layers");
+}
+
 TEST_F(Cli, BenchRejectsCasesTheSuiteLacksAndRepeatedIds) {
   expect_refused("bench --cases 1,99", "case 99 is not in the suite");
 

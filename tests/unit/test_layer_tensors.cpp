@@ -38,17 +38,6 @@ testing::BatchSpec mixed_spec(DType kv_dtype, std::uint64_t seed) {
   return spec;
 }
 
-// A second layer of `first`'s batch: its own Q, KV values and KV scale,
-// the same lengths and page table.
-testing::SyntheticBatch second_layer(const testing::SyntheticBatch& first, float kv_scale) {
-  testing::BatchSpec spec = first.spec();
-  spec.seed += 100;
-  spec.kv_scale = kv_scale;
-  testing::SyntheticBatch layer(spec);
-  layer.page_table_ = first.page_table_;
-  return layer;
-}
-
 Runtime host_runtime() {
   RuntimeOptions options;
   options.environment = Environment{};
@@ -81,7 +70,7 @@ TEST(LayerTensors, OneRunComputesEveryLayerOfAMixedBatch) {
   for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
     const std::string label(to_string(kv));
     testing::SyntheticBatch first(mixed_spec(kv, 1));
-    testing::SyntheticBatch second = second_layer(first, 2.0f * first.spec().kv_scale);
+    testing::SyntheticBatch second = testing::another_layer(first, 1);
     const Runtime runtime = host_runtime();
     auto run = runtime.prepare(first.problem(), {}, nullptr);
 
@@ -114,7 +103,7 @@ TEST(LayerTensors, PhaseLayerOffsetsMatchThePlannedParts) {
 // Each bad layer names its field; the outputs stay poisoned (nothing ran).
 TEST(LayerTensors, BadLayersAreRefusedByName) {
   testing::SyntheticBatch first(mixed_spec(DType::bf16, 5));
-  testing::SyntheticBatch second = second_layer(first, 1.0f);
+  testing::SyntheticBatch second = testing::another_layer(first, 1);
   const Runtime runtime = host_runtime();
   auto with_stats = runtime.prepare(first.problem(), {}, nullptr);
   testing::BatchSpec plain = first.spec();
