@@ -27,11 +27,13 @@ struct CaseOptions {
   bool host = false;    // also time the host: prepare, and enqueue of one more layer
 };
 
-// Host time of one call, median over repeats with the stream idle (no queue
-// back-pressure), in microseconds.
+// Host time of one call, median over repeats with the stream idle before
+// each (no queue back-pressure), in microseconds; and per layer of a whole
+// step of layers enqueued back to back, as an engine runs them.
 struct HostTiming {
   double prepare_us = 0.0;        // Runtime::prepare of the case's batch
   double layer_enqueue_us = 0.0;  // PreparedRun::enqueue(LayerTensors) of a prepared run
+  double step_layer_us = 0.0;     // the same per layer, a step's layers enqueued back to back
 };
 
 struct CaseResult {
