@@ -87,7 +87,9 @@ struct Workspace {
 
 // A run prepared on the host (metadata built and uploaded). `enqueue` only
 // launches work on the stream: no host synchronisation, no allocation, so it
-// may be captured into a CUDA graph and replayed.
+// may be captured into a CUDA graph and replayed. A run's launches share its
+// workspace (split-KV partials), so its enqueues must run one after another:
+// on one stream, or on streams ordered by events; never two at once.
 class PreparedRun {
  public:
   virtual ~PreparedRun() = default;
