@@ -302,6 +302,18 @@ TEST_F(Validate, KvLenFitsItsPages) {
   EXPECT_NE(e.rule().find("kv_len > pages * page_size"), std::string::npos);
 }
 
+// A row with several bad ids names its first one (rows are checked as a
+// whole first, then searched).
+TEST_F(Validate, TheFirstBadPageIdOfARowIsNamed) {
+  const std::int32_t stride = p_.page_table_stride;
+  page_table_[3 * stride + 3] = static_cast<std::int32_t>(p_.kv.num_pages) + 7;
+  page_table_[3 * stride + 1] = -2;
+  const InvalidArgument e = rejection();
+  EXPECT_EQ(e.field(), "page_table");
+  EXPECT_EQ(e.index(), 3 * stride + 1);
+  EXPECT_EQ(e.value(), "-2");
+}
+
 TEST_F(Validate, UsedPageIdsInThePool) {
   const std::int32_t stride = p_.page_table_stride;
   page_table_[1 * stride + 2] = static_cast<std::int32_t>(p_.kv.num_pages);
