@@ -79,7 +79,7 @@ class GenericCatalog final : public KernelCatalog {
   }
 };
 
-constexpr TensorAlignment kAlignment{"the generic kernel", 4, 16, 4, 0};
+constexpr TensorAlignment kAlignment{"the generic kernel", 4, 16, 4, 4};
 
 // A prepared phase: its memory (run_memory.hpp) and launch arguments.
 class GenericRun final : public LayerBoundRun {
