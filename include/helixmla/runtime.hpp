@@ -28,15 +28,38 @@ struct Selection {
 // Every backend compiled into this library.
 std::vector<BackendPtr> builtin_backends();
 
+// A batch validated, split into phases, a backend chosen for each and its
+// workspace measured: what workspace_bytes and prepare both need, done once
+// (Runtime::plan_step). It refers to the caller's metadata (lengths, page
+// table, bounds), which must stay alive and unchanged until prepare.
+class StepPlan {
+ public:
+  const Selection& selection() const { return selection_; }
+  std::size_t workspace_bytes() const { return context_bytes_ + generation_bytes_; }
+  // Host work only, plus uploads enqueued on `stream`; the returned run's
+  // enqueue is graph-capturable.
+  std::unique_ptr<PreparedRun> prepare(Workspace workspace, void* stream) const;
+
+ private:
+  friend class Runtime;
+  Problem problem_;
+  PhasePlan phases_;
+  Selection selection_;
+  std::size_t context_bytes_ = 0;  // each rounded up to the workspace alignment
+  std::size_t generation_bytes_ = 0;
+};
+
 class Runtime {
  public:
   explicit Runtime(RuntimeOptions options = {});
 
   // Validates the batch and chooses a backend for each of its phases.
   Selection select(const Problem& problem) const;
+  // Validation, selection and the workspace size once, for an engine that
+  // asks the size and prepares every step.
+  StepPlan plan_step(const Problem& problem) const;
+  // plan_step(problem).workspace_bytes() and .prepare(...).
   std::size_t workspace_bytes(const Problem& problem) const;
-  // Host work only, plus uploads enqueued on `stream`; the returned run's
-  // enqueue is graph-capturable.
   std::unique_ptr<PreparedRun> prepare(const Problem& problem, Workspace workspace,
                                        void* stream) const;
 

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <tuple>
 
 #include "core/shipped_data.hpp"
 #include "helixmla/error.hpp"
@@ -98,28 +99,39 @@ Selection Runtime::select_phases(const PhasePlan& plan, const Problem& problem) 
   return selection;
 }
 
-std::size_t Runtime::workspace_bytes(const Problem& problem) const {
+StepPlan Runtime::plan_step(const Problem& problem) const {
   validate(problem);
-  const PhasePlan plan = plan_phases(problem);
-  const Selection selection = select_phases(plan, problem);
-  std::size_t total = 0;
-  if (plan.context) total += align_up(selection.context->backend->workspace_bytes(plan.context->problem));
-  if (plan.generation) {
-    total += align_up(selection.generation->backend->workspace_bytes(plan.generation->problem));
+  StepPlan step;
+  step.problem_ = problem;
+  step.phases_ = plan_phases(problem);
+  step.selection_ = select_phases(step.phases_, problem);
+  if (step.phases_.context) {
+    step.context_bytes_ = align_up(step.selection_.context->backend->workspace_bytes(step.phases_.context->problem));
   }
-  return total;
+  if (step.phases_.generation) {
+    step.generation_bytes_ =
+        align_up(step.selection_.generation->backend->workspace_bytes(step.phases_.generation->problem));
+  }
+  return step;
 }
+
+std::size_t Runtime::workspace_bytes(const Problem& problem) const { return plan_step(problem).workspace_bytes(); }
 
 std::unique_ptr<PreparedRun> Runtime::prepare(const Problem& problem, Workspace workspace,
                                               void* stream) const {
-  validate(problem);
-  const PhasePlan plan = plan_phases(problem);
-  const Selection selection = select_phases(plan, problem);
-  auto composite = std::make_unique<CompositeRun>(problem);
+  return plan_step(problem).prepare(workspace, stream);
+}
+
+std::unique_ptr<PreparedRun> StepPlan::prepare(Workspace workspace, void* stream) const {
+  if (workspace.data && workspace.bytes < workspace_bytes()) {
+    throw InvalidArgument("workspace.bytes", -1, std::to_string(workspace.bytes),
+                          "smaller than workspace_bytes() of this batch (" + std::to_string(workspace_bytes()) + ")");
+  }
+  auto composite = std::make_unique<CompositeRun>(problem_);
   auto* cursor = static_cast<unsigned char*>(workspace.data);
-  std::size_t left = workspace.bytes;
-  for (const auto& [phase, decision] :
-       {std::pair{&plan.context, &selection.context}, std::pair{&plan.generation, &selection.generation}}) {
+  for (const auto& [phase, decision, bytes] :
+       {std::tuple{&phases_.context, &selection_.context, context_bytes_},
+        std::tuple{&phases_.generation, &selection_.generation, generation_bytes_}}) {
     if (!*phase) continue;
     const Backend& backend = *(*decision)->backend;
     if (!backend.executable()) {
@@ -128,14 +140,8 @@ std::unique_ptr<PreparedRun> Runtime::prepare(const Problem& problem, Workspace 
     }
     Workspace part;
     if (cursor) {
-      const std::size_t need = align_up(backend.workspace_bytes((*phase)->problem));
-      if (need > left) {
-        throw InvalidArgument("workspace.bytes", -1, std::to_string(workspace.bytes),
-                              "smaller than workspace_bytes() of this batch");
-      }
-      part = {cursor, need};
-      cursor += need;
-      left -= need;
+      part = {cursor, bytes};
+      cursor += bytes;
     }
     composite->add(backend.prepare((*phase)->problem, part, stream), (*phase)->first_token);
   }

@@ -1,0 +1,147 @@
+// Runtime::plan_step: validation, selection and the workspace size done once
+// for both workspace_bytes and prepare. A host backend that wants workspace
+// records the slices it is given, so the carving of the caller's workspace
+// into phases is checked, as are a too-small workspace and bad input.
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compare.hpp"
+#include "helixmla/error.hpp"
+#include "helixmla/reference.hpp"
+#include "helixmla/runtime.hpp"
+#include "naive_attention.hpp"
+#include "synthetic_batch.hpp"
+
+namespace helixmla {
+namespace {
+
+constexpr std::size_t kBytesPerRequest = 1000;
+
+class AnyShape final : public KernelCatalog {
+ public:
+  std::vector<KernelVariant> inventory(const Environment&) const override { return {{"host_f64", true}}; }
+  Verdict can_implement(const PhaseShape&, const Environment&, KernelVariant* chosen) const override {
+    if (chosen) *chosen = {"host_f64", true};
+    return Verdict::yes();
+  }
+};
+
+// The reference on the host, asking kBytesPerRequest of workspace per request
+// of a phase and recording each phase's slice.
+class WorkspaceRecorder final : public Backend {
+ public:
+  std::string_view name() const override { return "recorder"; }
+  int priority() const override { return 1000; }
+  Verdict available(const Environment&) const override { return Verdict::yes(); }
+  Verdict check(const PhaseShape&) const override { return Verdict::yes(); }
+  const KernelCatalog& catalog() const override { return catalog_; }
+  std::size_t workspace_bytes(const Problem& phase) const override {
+    return kBytesPerRequest * static_cast<std::size_t>(phase.num_requests());
+  }
+  std::unique_ptr<PreparedRun> prepare(const Problem& phase, Workspace workspace, void*) const override {
+    given.push_back(workspace);
+    class Run final : public PreparedRun {
+     public:
+      explicit Run(const Problem& p) : phase_(p) {}
+      void enqueue(void*) override { reference_attention(phase_); }
+      void enqueue(const LayerTensors& layer, void*) override { reference_attention(with_layer(phase_, layer)); }
+
+     private:
+      Problem phase_;
+    };
+    return std::make_unique<Run>(phase);
+  }
+
+  mutable std::vector<Workspace> given;
+
+ private:
+  AnyShape catalog_;
+};
+
+testing::BatchSpec mixed_spec() {
+  testing::BatchSpec spec;
+  spec.dims = {64, 16};
+  spec.heads = 4;
+  spec.contexts = 2;
+  spec.context_len = 9;
+  spec.generations = 3;
+  spec.q_len = 2;
+  spec.kv_len = {40, 7, 65};
+  spec.page_size = 16;
+  spec.stats = true;
+  return spec;
+}
+
+struct Fixture {
+  std::shared_ptr<WorkspaceRecorder> backend = std::make_shared<WorkspaceRecorder>();
+  Runtime runtime{[this] {
+    RuntimeOptions options;
+    options.environment = Environment{};
+    options.backends = {backend};
+    return options;
+  }()};
+};
+
+std::size_t aligned(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+TEST(StepPlan, OnePlanAnswersTheSizeAndCarvesTheWorkspaceByPhase) {
+  Fixture f;
+  testing::SyntheticBatch batch(mixed_spec());
+  const StepPlan step = f.runtime.plan_step(batch.problem());
+  const std::size_t context = aligned(2 * kBytesPerRequest);
+  const std::size_t generation = aligned(3 * kBytesPerRequest);
+  EXPECT_EQ(step.workspace_bytes(), context + generation);
+  EXPECT_EQ(f.runtime.workspace_bytes(batch.problem()), step.workspace_bytes());
+  EXPECT_EQ(step.selection().generation->choice, "recorder");
+
+  std::vector<std::byte> workspace(step.workspace_bytes());
+  batch.poison_outputs();
+  auto run = step.prepare({workspace.data(), workspace.size()}, nullptr);
+  ASSERT_EQ(f.backend->given.size(), 2u);
+  EXPECT_EQ(f.backend->given[0].data, workspace.data());
+  EXPECT_EQ(f.backend->given[0].bytes, context);
+  EXPECT_EQ(f.backend->given[1].data, workspace.data() + context);
+  EXPECT_EQ(f.backend->given[1].bytes, generation);
+
+  run->enqueue(nullptr);
+  const Problem p = batch.problem();
+  const testing::NaiveResult naive = testing::naive_attention(p);
+  const testing::Comparison out = testing::compare(p.out, p.out_dtype, naive.out);
+  EXPECT_TRUE(out.within(1e-2)) << out.rel_l2_err << ", non-finite " << out.non_finite;
+}
+
+TEST(StepPlan, ATooSmallWorkspaceIsRefusedBeforeAnyPhaseIsPrepared) {
+  Fixture f;
+  testing::SyntheticBatch batch(mixed_spec());
+  const StepPlan step = f.runtime.plan_step(batch.problem());
+  std::vector<std::byte> workspace(step.workspace_bytes() - 1);
+  try {
+    step.prepare({workspace.data(), workspace.size()}, nullptr);
+    ADD_FAILURE() << "a workspace one byte short was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(e.field(), "workspace.bytes");
+    EXPECT_EQ(e.value(), std::to_string(workspace.size()));
+  }
+  EXPECT_TRUE(f.backend->given.empty());
+}
+
+TEST(StepPlan, BadInputIsRefusedByThePlan) {
+  Fixture f;
+  testing::SyntheticBatch batch(mixed_spec());
+  Problem p = batch.problem();
+  p.num_heads = 0;
+  try {
+    f.runtime.plan_step(p);
+    ADD_FAILURE() << "num_heads 0 was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(e.field(), "num_heads");
+  }
+}
+
+}  // namespace
+}  // namespace helixmla
