@@ -159,9 +159,10 @@ CaseResult CaseRunner::run(const BenchCase& c, const CaseOptions& options) {
   std::vector<PreparedRun*> runs;
   for (auto& batch : batches) {
     const Problem problem = batch->problem();
-    if (result.backend.empty()) result.backend = runtime.select(problem).generation->choice;
-    workspaces.emplace_back(runtime.workspace_bytes(problem));
-    prepared.push_back(runtime.prepare(problem, {workspaces.back().data(), workspaces.back().bytes()}, stream_));
+    const StepPlan step = runtime.plan_step(problem);
+    if (result.backend.empty()) result.backend = step.selection().generation->choice;
+    workspaces.emplace_back(step.workspace_bytes());
+    prepared.push_back(step.prepare({workspaces.back().data(), workspaces.back().bytes()}, stream_));
     runs.push_back(prepared.back().get());
   }
   cuda_ok(cudaStreamSynchronize(stream_), "upload metadata");

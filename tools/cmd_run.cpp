@@ -105,11 +105,12 @@ int run_single(const RunFlags& flags) {
   if (on_device) {
     testing::DeviceBatch device_batch(batch, env.device);
     const Problem problem = device_batch.problem();
-    backend = describe_choice(runtime.select(problem));
+    const StepPlan step = runtime.plan_step(problem);
+    backend = describe_choice(step.selection());
     cudaStream_t stream;
     cuda_ok(cudaStreamCreate(&stream), "cudaStreamCreate");
-    testing::DeviceBuffer workspace(runtime.workspace_bytes(problem));
-    auto run = runtime.prepare(problem, {workspace.data(), workspace.bytes()}, stream);
+    testing::DeviceBuffer workspace(step.workspace_bytes());
+    auto run = step.prepare({workspace.data(), workspace.bytes()}, stream);
     const Timing timing = time_runs({run.get()}, stream, 1, flags.repeat, false);
     time_us = timing.queued_median_us;
     isolated_us = timing.isolated_median_us;

@@ -143,8 +143,9 @@ Baseline time_baseline(testing::SyntheticBatch& batch, const RuntimeOptions& opt
   cudaStream_t stream = nullptr;
   cuda_ok(cudaStreamCreate(&stream), "cudaStreamCreate");
   {
-    testing::DeviceBuffer workspace(runtime.workspace_bytes(problem));
-    auto run = runtime.prepare(problem, {workspace.data(), workspace.bytes()}, stream);
+    const StepPlan step = runtime.plan_step(problem);
+    testing::DeviceBuffer workspace(step.workspace_bytes());
+    auto run = step.prepare({workspace.data(), workspace.bytes()}, stream);
     const Timing timing = time_runs({run.get()}, stream, 1, repeat, graphs);
     baseline.us = timing.isolated_median_us;
     if (graphs) baseline.steady_us = timing.queued_mean_us;

@@ -303,10 +303,9 @@ HelixDriver::HelixDriver(const Problem& global, HelixDriverOptions options)
     RuntimeOptions runtime_options = options_.runtime;
     if (device_mode) runtime_options.environment->device = device;
     rank->runtime = std::make_unique<Runtime>(std::move(runtime_options));
-    rank->workspace = Memory(where, rank->runtime->workspace_bytes(rank->problem));
-    rank->run = rank->runtime->prepare(rank->problem,
-                                       Workspace{rank->workspace.data(), rank->workspace.bytes()},
-                                       rank->stream);
+    const StepPlan step = rank->runtime->plan_step(rank->problem);
+    rank->workspace = Memory(where, step.workspace_bytes());
+    rank->run = step.prepare(Workspace{rank->workspace.data(), rank->workspace.bytes()}, rank->stream);
     ranks_.push_back(std::move(rank));
   }
 #if defined(HELIXMLA_WITH_CUDA)
