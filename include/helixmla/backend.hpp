@@ -100,6 +100,15 @@ class PreparedRun {
   // no host work beyond the launches. Throws InvalidArgument (validate_layer
   // and the backend's alignment rules) before launching anything.
   virtual void enqueue(const LayerTensors& layer, void* stream) = 0;
+
+  // The next decode step, for graphs captured from this run's enqueues
+  // (StepPlan::refresh): whether `next` (this run's phase of the next step)
+  // launches exactly as the prepared phase does (same kernels, grid sizes
+  // and workspace layout, so every captured launch stays valid), and taking
+  // it: the metadata rewritten in place, uploaded on `stream`, outside any
+  // capture. Runs that cannot refresh say false.
+  virtual bool can_refresh(const Problem& next) const;
+  virtual void refresh(const Problem& next, void* stream);
 };
 
 class Backend {

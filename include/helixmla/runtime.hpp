@@ -39,6 +39,15 @@ class StepPlan {
   // Host work only, plus uploads enqueued on `stream`; the returned run's
   // enqueue is graph-capturable.
   std::unique_ptr<PreparedRun> prepare(Workspace workspace, void* stream) const;
+  // Makes `run` (prepared by a Runtime for an earlier step) run this step
+  // instead, when this step launches exactly as the run's does (same
+  // phases, backends, kernels, grid sizes, workspace layout): its metadata
+  // is rewritten in place, uploaded on `stream`, so CUDA graphs captured
+  // from its enqueues replay this step. Returns false, changing nothing,
+  // when it does not; then prepare a new run (and capture again). Call it
+  // outside any capture, and only once earlier replays no longer need the
+  // old metadata (after them on `stream`).
+  bool refresh(PreparedRun& run, void* stream) const;
 
  private:
   friend class Runtime;

@@ -111,6 +111,12 @@ PhaseShape shape_of(const Phase& phase, const Problem& whole) {
   return shape;
 }
 
+bool PreparedRun::can_refresh(const Problem&) const { return false; }
+
+void PreparedRun::refresh(const Problem&, void*) {
+  throw NoCapableBackend("this prepared run cannot take another step: prepare a new one");
+}
+
 std::size_t Backend::workspace_bytes(const Problem&) const { return 0; }
 
 std::unique_ptr<PreparedRun> Backend::prepare(const Problem&, Workspace, void*) const {

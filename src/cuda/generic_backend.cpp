@@ -81,32 +81,130 @@ class GenericCatalog final : public KernelCatalog {
 
 constexpr TensorAlignment kAlignment{"the generic kernel", 4, 16, 4, 4};
 
-// A prepared phase: its memory (run_memory.hpp) and launch arguments.
+// A phase's plan, its workspace layout and its launch arguments besides the
+// tensors (bound at each launch), with the metadata at `base`.
+struct GenericLaunch {
+  GenericWorkPlan plan;
+  GenericWorkspaceLayout layout;
+  GenericKernelParams params;
+  SplitCombineArgs combine;
+};
+
+// The plan, layout and base-independent arguments of `phase`.
+GenericLaunch plan_launch(const Problem& phase) {
+  GenericLaunch g;
+  g.plan = plan_generic_work(phase, device_sm_count(phase.location.device));
+  g.layout = generic_workspace_layout(g.plan, phase);
+  GenericKernelParams& params = g.params;
+  params.page_size = phase.kv.page_size;
+  params.num_heads = phase.num_heads;
+  params.head_dim = phase.dims.head_dim();
+  params.kv_lora_rank = phase.dims.kv_lora_rank;
+  params.q_dtype = phase.q_dtype;
+  params.kv_dtype = phase.kv.dtype;
+  params.num_items = static_cast<std::int32_t>(g.plan.items.size());
+  params.page_table_stride = phase.page_table_stride;
+  SplitCombineArgs& combine = g.combine;
+  combine.num_segments = static_cast<std::int32_t>(g.plan.segments.size());
+  combine.total_rows = g.plan.split_rows;
+  combine.wide_rows = g.plan.wide_split_rows;
+  combine.kv_lora_rank = phase.dims.kv_lora_rank;
+  combine.out_dtype = phase.out_dtype;
+  return g;
+}
+
+// Points the launch at its metadata and partials in the workspace at `base`.
+void place(GenericLaunch& g, unsigned char* base) {
+  g.params.items = reinterpret_cast<const GenericWorkItem*>(base + g.layout.items);
+  g.params.page_table = reinterpret_cast<const std::int32_t*>(base + g.layout.page_table);
+  g.params.token_bounds = reinterpret_cast<const std::int32_t*>(base + g.layout.token_bounds);
+  g.params.partial_out = reinterpret_cast<float*>(base + g.layout.partial_out);
+  g.params.partial_stats = reinterpret_cast<float*>(base + g.layout.partial_stats);
+  g.combine.segments = reinterpret_cast<const SplitSegment*>(base + g.layout.segments);
+  g.combine.partial_out = g.params.partial_out;
+  g.combine.partial_stats = g.params.partial_stats;
+}
+
+GenericLaunch generic_launch_of(const Problem& phase, unsigned char* base) {
+  GenericLaunch g = plan_launch(phase);
+  place(g, base);
+  return g;
+}
+
+// Whether two launches are the same kernel calls once their tensors are
+// bound alike: what a captured enqueue needs of a refreshed run.
+bool same_launch(const GenericLaunch& a, const GenericLaunch& b) {
+  const GenericKernelParams& p = a.params;
+  const GenericKernelParams& q = b.params;
+  return p.page_size == q.page_size && p.num_heads == q.num_heads && p.head_dim == q.head_dim &&
+         p.kv_lora_rank == q.kv_lora_rank && p.q_dtype == q.q_dtype && p.kv_dtype == q.kv_dtype &&
+         p.items == q.items && p.num_items == q.num_items && p.page_table == q.page_table &&
+         p.page_table_stride == q.page_table_stride && p.token_bounds == q.token_bounds &&
+         p.partial_out == q.partial_out && p.partial_stats == q.partial_stats &&
+         same_combine_launch(a.combine, b.combine);
+}
+
+// Stages the plan's metadata and the phase's page table, and enqueues their
+// copy to `base`.
+void upload_metadata(RunMemory& memory, const GenericLaunch& g, const Problem& phase, unsigned char* base,
+                     void* stream) {
+  unsigned char* staging = memory.staging(g.layout.metadata_bytes);
+  const auto stage = [&](std::size_t offset, const auto& values) {
+    if (!values.empty()) std::memcpy(staging + offset, values.data(), values.size() * sizeof(values[0]));
+  };
+  stage(g.layout.segments, g.plan.segments);
+  stage(g.layout.items, g.plan.items);
+  stage(g.layout.token_bounds, g.plan.token_bounds);
+  stage(g.layout.page_table, phase.page_table);
+  memory.upload(base, g.layout.metadata_bytes, static_cast<cudaStream_t>(stream));
+}
+
+// A prepared phase: its memory (run_memory.hpp), workspace and launch.
 class GenericRun final : public LayerBoundRun {
  public:
-  GenericRun(int device, const LayerTensors& prepared, float softmax_scale)
-      : LayerBoundRun(prepared, kAlignment), device_(device), softmax_scale_(softmax_scale) {}
+  explicit GenericRun(const Problem& phase)
+      : LayerBoundRun(layer_tensors(phase), kAlignment),
+        device_(phase.location.device),
+        softmax_scale_(phase.softmax_scale) {}
 
-  RunMemory& memory() { return memory_; }
+  // The workspace (the caller's, or the run's own of `bytes`) and the
+  // planned launch of `phase` placed there, its metadata uploaded.
+  void take(const Problem& phase, GenericLaunch planned, void* given, std::size_t bytes, void* stream) {
+    base_ = static_cast<unsigned char*>(memory_.workspace(given, bytes));
+    capacity_ = bytes;
+    launch_ = std::move(planned);
+    place(launch_, base_);
+    upload_metadata(memory_, launch_, phase, base_, stream);
+  }
 
-  // Launch arguments without the tensors.
-  void bind(GenericKernelParams params, SplitCombineArgs combine) {
-    params_ = params;
-    combine_ = combine;
+  bool can_refresh(const Problem& next) const override {
+    require_tensor_alignment(layer_tensors(next), kAlignment, false);
+    if (next.location.kind != Location::Kind::cuda || next.location.device != device_ ||
+        next.softmax_scale != softmax_scale_) {
+      return false;
+    }
+    const GenericLaunch g = generic_launch_of(next, base_);
+    return g.layout.total_bytes <= capacity_ && same_launch(g, launch_);
+  }
+  void refresh(const Problem& next, void* stream) override {
+    DeviceGuard guard(device_);
+    refuse_capturing_stream(static_cast<cudaStream_t>(stream));
+    upload_metadata(memory_, generic_launch_of(next, base_), next, base_, stream);
+    set_prepared(layer_tensors(next));
   }
 
  private:
   void launch(const LayerTensors& layer, void* stream) const override {
     DeviceGuard guard(device_);
     const auto s = static_cast<cudaStream_t>(stream);
-    GenericKernelParams params = params_;
+    GenericKernelParams params = launch_.params;
     params.q = layer.q;
     params.out = layer.out;
     params.stats = layer.stats;
     params.pool = layer.kv_pool;
     params.score_scale = softmax_scale_ * layer.kv_scale * static_cast<float>(M_LOG2E);
     params.value_scale = layer.kv_scale;
-    SplitCombineArgs combine = combine_;
+    SplitCombineArgs combine = launch_.combine;
     combine.out = layer.out;
     combine.stats = layer.stats;
     launch_generic_attention(params, s);
@@ -115,8 +213,9 @@ class GenericRun final : public LayerBoundRun {
 
   int device_;
   float softmax_scale_;
-  GenericKernelParams params_;
-  SplitCombineArgs combine_;
+  unsigned char* base_ = nullptr;
+  std::size_t capacity_ = 0;
+  GenericLaunch launch_;
   RunMemory memory_;
 };
 
@@ -189,51 +288,15 @@ class GenericBackend final : public Backend {
     DeviceGuard guard(device);
     refuse_capturing_stream(static_cast<cudaStream_t>(stream));
 
-    const GenericWorkPlan plan = plan_generic_work(phase, device_sm_count(device));
-    const GenericWorkspaceLayout layout = generic_workspace_layout(plan, phase);
-    if (workspace.data != nullptr && workspace.bytes < layout.total_bytes) {
+    GenericLaunch planned = plan_launch(phase);
+    const std::size_t needed = planned.layout.total_bytes;
+    if (workspace.data != nullptr && workspace.bytes < needed) {
       throw InvalidArgument("workspace.bytes", -1, std::to_string(workspace.bytes),
-                            fmt::format("needs {} bytes", layout.total_bytes));
+                            fmt::format("needs {} bytes", needed));
     }
-
-    auto run = std::make_unique<GenericRun>(device, layer_tensors(phase), phase.softmax_scale);
-    auto* base = static_cast<unsigned char*>(run->memory().workspace(workspace.data, layout.total_bytes));
-    unsigned char* staging = run->memory().staging(layout.metadata_bytes);
-    const auto stage = [&](std::size_t offset, const auto& values) {
-      if (!values.empty()) std::memcpy(staging + offset, values.data(), values.size() * sizeof(values[0]));
-    };
-    stage(layout.segments, plan.segments);
-    stage(layout.items, plan.items);
-    stage(layout.token_bounds, plan.token_bounds);
-    stage(layout.page_table, phase.page_table);
-    run->memory().upload(base, layout.metadata_bytes, static_cast<cudaStream_t>(stream));
     configure_generic_attention(phase.q_dtype, phase.kv.dtype);
-
-    GenericKernelParams params;
-    params.page_size = phase.kv.page_size;
-    params.num_heads = phase.num_heads;
-    params.head_dim = phase.dims.head_dim();
-    params.kv_lora_rank = phase.dims.kv_lora_rank;
-    params.q_dtype = phase.q_dtype;
-    params.kv_dtype = phase.kv.dtype;
-    params.items = reinterpret_cast<const GenericWorkItem*>(base + layout.items);
-    params.num_items = static_cast<std::int32_t>(plan.items.size());
-    params.page_table = reinterpret_cast<const std::int32_t*>(base + layout.page_table);
-    params.page_table_stride = phase.page_table_stride;
-    params.token_bounds = reinterpret_cast<const std::int32_t*>(base + layout.token_bounds);
-    params.partial_out = reinterpret_cast<float*>(base + layout.partial_out);
-    params.partial_stats = reinterpret_cast<float*>(base + layout.partial_stats);
-
-    SplitCombineArgs combine;
-    combine.segments = reinterpret_cast<const SplitSegment*>(base + layout.segments);
-    combine.num_segments = static_cast<std::int32_t>(plan.segments.size());
-    combine.total_rows = plan.split_rows;
-    combine.wide_rows = plan.wide_split_rows;
-    combine.partial_out = params.partial_out;
-    combine.partial_stats = params.partial_stats;
-    combine.kv_lora_rank = phase.dims.kv_lora_rank;
-    combine.out_dtype = phase.out_dtype;
-    run->bind(params, combine);
+    auto run = std::make_unique<GenericRun>(phase);
+    run->take(phase, std::move(planned), workspace.data, workspace.data != nullptr ? workspace.bytes : needed, stream);
     return run;
   }
 

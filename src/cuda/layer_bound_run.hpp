@@ -30,6 +30,10 @@ class LayerBoundRun : public PreparedRun {
   void enqueue(void* stream) final { launch(prepared_, stream); }
   void enqueue(const LayerTensors& layer, void* stream) final;
 
+ protected:
+  // A refreshed run's own tensors become those of its new step.
+  void set_prepared(const LayerTensors& prepared) { prepared_ = prepared; }
+
  private:
   virtual void launch(const LayerTensors& layer, void* stream) const = 0;
 

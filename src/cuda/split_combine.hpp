@@ -65,6 +65,14 @@ struct SplitCombineArgs {
   float* stats = nullptr;                // optional
 };
 
+// Whether two combines are the same launches once out and stats are bound
+// alike (a refreshed run must keep its captured launches valid).
+inline bool same_combine_launch(const SplitCombineArgs& a, const SplitCombineArgs& b) {
+  return a.segments == b.segments && a.num_segments == b.num_segments && a.total_rows == b.total_rows &&
+         a.wide_rows == b.wide_rows && a.partial_out == b.partial_out && a.partial_stats == b.partial_stats &&
+         a.kv_lora_rank == b.kv_lora_rank && a.out_dtype == b.out_dtype;
+}
+
 // Segments of this many splits or more take the wide shape.
 inline constexpr std::int32_t kSplitCombineWideFromSplits = 16;
 

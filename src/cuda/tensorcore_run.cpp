@@ -55,27 +55,113 @@ Kernel kernel_for(const TensorcoreVariant& variant) {
 // stores need aligned tensors; a misaligned access would poison the context.
 constexpr TensorAlignment kAlignment{"cuda_tensorcore", 16, 16, 4, 8};
 
-// A prepared phase: its memory (run_memory.hpp) and launch arguments.
+// A phase's launch arguments besides its tensors (bound at each launch).
+struct TensorcoreLaunch {
+  helixmla_tc::Params params{};
+  SplitCombineArgs combine;
+  unsigned blocks = 0;
+};
+
+// Whether two launches are the same kernel calls once their tensors are
+// bound alike: what a captured enqueue needs of a refreshed run.
+bool same_launch(const TensorcoreLaunch& a, const TensorcoreLaunch& b) {
+  const helixmla_tc::Params& p = a.params;
+  const helixmla_tc::Params& q = b.params;
+  return a.blocks == b.blocks && p.page_table == q.page_table && p.token_bounds == q.token_bounds &&
+         p.items == q.items && p.partial_out == q.partial_out && p.partial_stats == q.partial_stats &&
+         p.page_table_stride == q.page_table_stride && p.heads == q.heads &&
+         same_combine_launch(a.combine, b.combine);
+}
+
+// The launch of `phase` under `plan` with its metadata at `base`.
+TensorcoreLaunch launch_of(const Problem& phase, const TensorcorePlan& plan, unsigned char* base) {
+  TensorcoreLaunch launch;
+  helixmla_tc::Params& params = launch.params;
+  params.page_table = reinterpret_cast<const int*>(base + plan.page_table_offset);
+  params.token_bounds = phase.helix.token_kv_bounds.empty()
+                            ? nullptr
+                            : reinterpret_cast<const int*>(base + plan.bounds_offset);
+  params.items = reinterpret_cast<const helixmla_tc::WorkItem*>(base + plan.items_offset);
+  params.partial_out = reinterpret_cast<float*>(base + plan.partial_out_offset);
+  params.partial_stats = reinterpret_cast<float*>(base + plan.partial_stats_offset);
+  params.page_table_stride = phase.page_table_stride;
+  params.heads = phase.num_heads;
+
+  SplitCombineArgs& combine = launch.combine;
+  combine.segments = reinterpret_cast<const SplitSegment*>(base + plan.segments_offset);
+  combine.num_segments = static_cast<std::int32_t>(plan.segments.size());
+  combine.total_rows = plan.split_rows;
+  combine.wide_rows = plan.wide_split_rows;
+  combine.partial_out = params.partial_out;
+  combine.partial_stats = params.partial_stats;
+  combine.kv_lora_rank = helixmla_tc::kLatent;
+  combine.out_dtype = phase.out_dtype;
+  launch.blocks = static_cast<unsigned>(plan.items.size());
+  return launch;
+}
+
+// Stages the plan's metadata and the phase's page table and bounds, and
+// enqueues their copy to `base`.
+void upload_metadata(RunMemory& memory, const TensorcorePlan& plan, const Problem& phase, unsigned char* base,
+                     void* stream) {
+  unsigned char* staging = memory.staging(plan.metadata_bytes);
+  const auto put = [staging](std::size_t offset, const void* data, std::size_t bytes) {
+    if (bytes > 0) std::memcpy(staging + offset, data, bytes);
+  };
+  put(plan.items_offset, plan.items.data(), plan.items.size() * sizeof(helixmla_tc::WorkItem));
+  put(plan.segments_offset, plan.segments.data(), plan.segments.size() * sizeof(SplitSegment));
+  put(plan.bounds_offset, phase.helix.token_kv_bounds.data(),
+      phase.helix.token_kv_bounds.size() * sizeof(std::int32_t));
+  put(plan.page_table_offset, phase.page_table.data(), phase.page_table.size() * sizeof(std::int32_t));
+  memory.upload(base, plan.metadata_bytes, static_cast<cudaStream_t>(stream));
+}
+
+std::int32_t parallel_blocks(const Problem& phase, const TensorcoreVariant& variant) {
+  return tensorcore_block_slots(device_sm_count(phase.location.device), variant);
+}
+
+
+// A prepared phase: its memory (run_memory.hpp), workspace and launch.
 class TensorcoreRun final : public LayerBoundRun {
  public:
-  TensorcoreRun(int device, const LayerTensors& prepared, double softmax_scale)
-      : LayerBoundRun(prepared, kAlignment), device_(device), softmax_scale_(softmax_scale) {}
+  TensorcoreRun(const Problem& phase, const TensorcoreVariant& variant, Kernel kernel)
+      : LayerBoundRun(layer_tensors(phase), kAlignment),
+        device_(phase.location.device),
+        softmax_scale_(phase.softmax_scale),
+        variant_(variant),
+        kernel_(kernel) {}
 
-  RunMemory& memory() { return memory_; }
+  // The workspace (the caller's, or the run's own of `bytes`) and the
+  // launch of `phase` under `plan` with its metadata there, uploaded.
+  void take(const Problem& phase, const TensorcorePlan& plan, void* given, std::size_t bytes, void* stream) {
+    base_ = static_cast<unsigned char*>(memory_.workspace(given, bytes));
+    capacity_ = bytes;
+    launch_ = launch_of(phase, plan, base_);
+    upload_metadata(memory_, plan, phase, base_, stream);
+  }
 
-  // Launch arguments without the tensors.
-  void set_launch(Kernel kernel, helixmla_tc::Params params, unsigned blocks, SplitCombineArgs combine) {
-    kernel_ = kernel;
-    params_ = params;
-    blocks_ = blocks;
-    combine_ = combine;
+  bool can_refresh(const Problem& next) const override {
+    require_tensor_alignment(layer_tensors(next), kAlignment, false);
+    if (next.location.kind != Location::Kind::cuda || next.location.device != device_ ||
+        next.softmax_scale != softmax_scale_ || tensorcore_variant_of(next) != variant_) {
+      return false;
+    }
+    const auto plan = tensorcore_plan_for(next, variant_.rows, parallel_blocks(next, variant_));
+    return plan->workspace_bytes <= capacity_ && same_launch(launch_of(next, *plan, base_), launch_);
+  }
+  void refresh(const Problem& next, void* stream) override {
+    DeviceGuard guard(device_);
+    refuse_capturing_stream(static_cast<cudaStream_t>(stream));
+    upload_metadata(memory_, *tensorcore_plan_for(next, variant_.rows, parallel_blocks(next, variant_)), next,
+                    base_, stream);
+    set_prepared(layer_tensors(next));
   }
 
  private:
   void launch(const LayerTensors& layer, void* stream) const override {
     DeviceGuard guard(device_);
     auto s = static_cast<cudaStream_t>(stream);
-    helixmla_tc::Params params = params_;
+    helixmla_tc::Params params = launch_.params;
     params.q = layer.q;
     params.out = layer.out;
     params.stats = layer.stats;
@@ -83,31 +169,28 @@ class TensorcoreRun final : public LayerBoundRun {
     const double kv_scale = layer.kv_scale;  // dequantisation scale of every KV dtype
     params.scale_log2 = static_cast<float>(softmax_scale_ * kv_scale * M_LOG2E);
     params.out_scale = static_cast<float>(kv_scale);
-    SplitCombineArgs combine = combine_;
+    SplitCombineArgs combine = launch_.combine;
     combine.out = layer.out;
     combine.stats = layer.stats;
     void* args[] = {&params};
     if (kernel_.stub) {
-      HELIXMLA_CUDA_CHECK(cudaLaunchKernel(kernel_.stub, dim3(blocks_), dim3(helixmla_tc::kThreads),
+      HELIXMLA_CUDA_CHECK(cudaLaunchKernel(kernel_.stub, dim3(launch_.blocks), dim3(helixmla_tc::kThreads),
                                            args, static_cast<std::size_t>(kernel_.smem_bytes), s));
     } else {
-      launch_jit_kernel(kernel_.function, blocks_, kernel_.smem_bytes, s, args);
+      launch_jit_kernel(kernel_.function, launch_.blocks, kernel_.smem_bytes, s, args);
     }
     launch_split_combine(combine, s);
   }
 
   int device_;
   double softmax_scale_;
+  TensorcoreVariant variant_;
   Kernel kernel_;
-  helixmla_tc::Params params_{};
-  unsigned blocks_ = 0;
-  SplitCombineArgs combine_;
+  unsigned char* base_ = nullptr;
+  std::size_t capacity_ = 0;
+  TensorcoreLaunch launch_;
   RunMemory memory_;
 };
-
-std::int32_t parallel_blocks(const Problem& phase, const TensorcoreVariant& variant) {
-  return tensorcore_block_slots(device_sm_count(phase.location.device), variant);
-}
 
 }  // namespace
 
@@ -135,43 +218,8 @@ std::unique_ptr<PreparedRun> prepare_tensorcore(const Problem& phase, const Tens
                               std::to_string(plan.workspace_bytes) + " bytes for this phase");
   }
   require_alignment("workspace.data", workspace.data, 16, kAlignment.backend);
-  const Kernel kernel = kernel_for(variant);
-  auto run = std::make_unique<TensorcoreRun>(phase.location.device, layer_tensors(phase), phase.softmax_scale);
-  auto* base = static_cast<unsigned char*>(run->memory().workspace(workspace.data, plan.workspace_bytes));
-
-  helixmla_tc::Params params{};
-  params.page_table = reinterpret_cast<const int*>(base + plan.page_table_offset);
-  params.token_bounds = phase.helix.token_kv_bounds.empty()
-                            ? nullptr
-                            : reinterpret_cast<const int*>(base + plan.bounds_offset);
-  params.items = reinterpret_cast<const helixmla_tc::WorkItem*>(base + plan.items_offset);
-  params.partial_out = reinterpret_cast<float*>(base + plan.partial_out_offset);
-  params.partial_stats = reinterpret_cast<float*>(base + plan.partial_stats_offset);
-  params.page_table_stride = phase.page_table_stride;
-  params.heads = phase.num_heads;
-
-  SplitCombineArgs combine;
-  combine.segments = reinterpret_cast<const SplitSegment*>(base + plan.segments_offset);
-  combine.num_segments = static_cast<std::int32_t>(plan.segments.size());
-  combine.total_rows = plan.split_rows;
-  combine.wide_rows = plan.wide_split_rows;
-  combine.partial_out = params.partial_out;
-  combine.partial_stats = params.partial_stats;
-  combine.kv_lora_rank = helixmla_tc::kLatent;
-  combine.out_dtype = phase.out_dtype;
-
-  run->set_launch(kernel, params, static_cast<unsigned>(plan.items.size()), combine);
-  unsigned char* staging = run->memory().staging(plan.metadata_bytes);
-  const auto put = [staging](std::size_t offset, const void* data, std::size_t bytes) {
-    if (bytes > 0) std::memcpy(staging + offset, data, bytes);
-  };
-  put(plan.items_offset, plan.items.data(), plan.items.size() * sizeof(helixmla_tc::WorkItem));
-  put(plan.segments_offset, plan.segments.data(), plan.segments.size() * sizeof(SplitSegment));
-  put(plan.bounds_offset, phase.helix.token_kv_bounds.data(),
-      phase.helix.token_kv_bounds.size() * sizeof(std::int32_t));
-  put(plan.page_table_offset, phase.page_table.data(),
-      phase.page_table.size() * sizeof(std::int32_t));
-  run->memory().upload(base, plan.metadata_bytes, static_cast<cudaStream_t>(stream));
+  auto run = std::make_unique<TensorcoreRun>(phase, variant, kernel_for(variant));
+  run->take(phase, plan, workspace.data, workspace.data ? workspace.bytes : plan.workspace_bytes, stream);
   return run;
 }
 

@@ -47,15 +47,9 @@ PerfTable load_perf_table(const RuntimeOptions& options, const Environment& env)
 // offsets plan_phases gave its part.
 class CompositeRun final : public PreparedRun {
  public:
-  explicit CompositeRun(const Problem& whole) {
-    shape_.dims = whole.dims;
-    shape_.num_heads = whole.num_heads;
-    shape_.q_dtype = whole.q_dtype;
-    shape_.out_dtype = whole.out_dtype;
-    shape_.stats = whole.stats;
-  }
-  void add(std::unique_ptr<PreparedRun> run, std::int64_t first_token) {
-    phases_.push_back({std::move(run), first_token});
+  explicit CompositeRun(const Problem& whole) { take_shape(whole); }
+  void add(std::unique_ptr<PreparedRun> run, const Backend* backend, const Phase& phase) {
+    phases_.push_back({std::move(run), backend, phase.kind, phase.first_token});
   }
   void enqueue(void* stream) override {
     for (auto& phase : phases_) phase.run->enqueue(stream);
@@ -65,9 +59,45 @@ class CompositeRun final : public PreparedRun {
     for (auto& phase : phases_) phase.run->enqueue(phase_layer(shape_, layer, phase.first_token), stream);
   }
 
+  // The next step takes this run when it has the same phases on the same
+  // backends at the same token offsets (a captured enqueue baked each
+  // phase's tensor offsets in) and every phase's run can take its part;
+  // all or nothing.
+  bool refresh_to(const Problem& next, const PhasePlan& plan, const Selection& selection, void* stream) {
+    std::vector<std::pair<const Phase*, const Backend*>> parts;
+    for (const auto& [phase, decision] :
+         {std::pair{&plan.context, &selection.context}, std::pair{&plan.generation, &selection.generation}}) {
+      if (*phase) parts.emplace_back(&**phase, (*decision)->backend.get());
+    }
+    if (parts.size() != phases_.size() || next.dims != shape_.dims || next.num_heads != shape_.num_heads ||
+        next.q_dtype != shape_.q_dtype || next.out_dtype != shape_.out_dtype ||
+        next.stats.present() != shape_.stats.present()) {
+      return false;
+    }
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      const auto& [phase, backend] = parts[i];
+      if (phases_[i].backend != backend || phases_[i].kind != phase->kind ||
+          phases_[i].first_token != phase->first_token || !phases_[i].run->can_refresh(phase->problem)) {
+        return false;
+      }
+    }
+    for (std::size_t i = 0; i < parts.size(); ++i) phases_[i].run->refresh(parts[i].first->problem, stream);
+    return true;
+  }
+
  private:
+  void take_shape(const Problem& whole) {
+    shape_.dims = whole.dims;
+    shape_.num_heads = whole.num_heads;
+    shape_.q_dtype = whole.q_dtype;
+    shape_.out_dtype = whole.out_dtype;
+    shape_.stats = whole.stats;
+  }
+
   struct PhaseRun {
     std::unique_ptr<PreparedRun> run;
+    const Backend* backend;
+    PhaseKind kind;
     std::int64_t first_token;
   };
   Problem shape_;  // what the offsets depend on, and whether stats are written; no spans
@@ -122,6 +152,11 @@ std::unique_ptr<PreparedRun> Runtime::prepare(const Problem& problem, Workspace 
   return plan_step(problem).prepare(workspace, stream);
 }
 
+bool StepPlan::refresh(PreparedRun& run, void* stream) const {
+  auto* composite = dynamic_cast<CompositeRun*>(&run);
+  return composite != nullptr && composite->refresh_to(problem_, phases_, selection_, stream);
+}
+
 std::unique_ptr<PreparedRun> StepPlan::prepare(Workspace workspace, void* stream) const {
   if (workspace.data && workspace.bytes < workspace_bytes()) {
     throw InvalidArgument("workspace.bytes", -1, std::to_string(workspace.bytes),
@@ -143,7 +178,7 @@ std::unique_ptr<PreparedRun> StepPlan::prepare(Workspace workspace, void* stream
       part = {cursor, bytes};
       cursor += bytes;
     }
-    composite->add(backend.prepare((*phase)->problem, part, stream), (*phase)->first_token);
+    composite->add(backend.prepare((*phase)->problem, part, stream), &backend, **phase);
   }
   return composite;
 }

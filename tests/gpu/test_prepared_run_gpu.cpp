@@ -4,7 +4,8 @@
 // statistics, two layers captured into one graph, each layer against the
 // float64 reference with its own KV scale, the prepared layer's outputs
 // left poisoned, misaligned layer tensors refused. And prepare itself
-// refused on a capturing stream (its metadata upload must not be captured).
+// refused on a capturing stream (its metadata upload must not be captured),
+// and a run refreshed to the next step under its captured graph.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -186,6 +187,60 @@ TEST(PreparedRunGpu, PrepareOnACapturingStreamIsRefused) {
     stream.synchronize();
     device.download_outputs();
     expect_matches_reference(host, backend + " after the refused capture");
+  }
+}
+
+// An engine's graph across steps: captured from a run of one step, replayed
+// for the next after StepPlan::refresh rewrote the run's metadata (every
+// generation a token longer within its KV tiles and pages, other values
+// and another page table). Without the refresh the replay would read the
+// next step's pool through the old page table. A step whose launches
+// differ (a much longer request: other splits, another page-table stride)
+// is refused.
+TEST(PreparedRunGpu, ARefreshedRunReplaysTheNextStepFromItsGraph) {
+  const auto runtimes = cuda_runtimes();
+  if (runtimes.empty()) GTEST_SKIP() << "no CUDA backend available";
+  for (const auto& runtime : runtimes) {
+    for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
+      const std::string label = runtime->options().forced_backend + " " + std::string(to_string(kv));
+      BatchSpec spec = layer_spec(kv);
+      spec.kv_len = {20001, 130, 301};
+      BatchSpec next_spec = spec;
+      for (std::int32_t& length : next_spec.kv_len) ++length;
+      next_spec.seed += 1;
+      SyntheticBatch step(spec);
+      SyntheticBatch next(next_spec);
+      DeviceBatch step_device(step);
+      DeviceBatch next_device(next);
+      TestStream stream;
+      const Problem prepared = step_device.problem();
+      DeviceBuffer workspace(runtime->workspace_bytes(prepared));
+      auto run = runtime->prepare(prepared, {workspace.data(), workspace.bytes()}, stream.get());
+      stream.synchronize();
+
+      cudaGraph_t graph = nullptr;
+      check_cuda(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal), "begin capture");
+      run->enqueue(layer_tensors(next_device.problem()), stream.get());
+      check_cuda(cudaStreamEndCapture(stream.get(), &graph), "end capture");
+      cudaGraphExec_t exec = nullptr;
+      check_cuda(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+
+      ASSERT_TRUE(runtime->plan_step(next_device.problem()).refresh(*run, stream.get())) << label;
+      next_device.poison_outputs();
+      check_cuda(cudaDeviceSynchronize(), "poison");
+      check_cuda(cudaGraphLaunch(exec, stream.get()), "graph launch");
+      stream.synchronize();
+      next_device.download_outputs();
+      expect_matches_reference(next, label + " next step from the graph");
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+
+      BatchSpec far_spec = spec;
+      far_spec.kv_len = {60000, 130, 301};
+      SyntheticBatch far(far_spec);
+      DeviceBatch far_device(far);
+      EXPECT_FALSE(runtime->plan_step(far_device.problem()).refresh(*run, stream.get())) << label;
+    }
   }
 }
 

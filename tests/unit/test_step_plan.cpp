@@ -143,5 +143,64 @@ TEST(StepPlan, BadInputIsRefusedByThePlan) {
   }
 }
 
+// The next decode step of mixed_spec's batch: the same contexts, every
+// generation one token longer, other values and another page table.
+testing::BatchSpec next_step(testing::BatchSpec spec) {
+  for (std::int32_t& kv : spec.kv_len) ++kv;
+  spec.seed += 1;
+  return spec;
+}
+
+Runtime host_runtime() {
+  RuntimeOptions options;
+  options.environment = Environment{};
+  return Runtime(options);
+}
+
+void expect_matches_naive(testing::SyntheticBatch& batch, const std::string& label) {
+  const Problem p = batch.problem();
+  const testing::NaiveResult naive = testing::naive_attention(p);
+  const testing::Comparison out = testing::compare(p.out, p.out_dtype, naive.out);
+  EXPECT_TRUE(out.within(1e-2)) << label << ": rel L2 " << out.rel_l2_err << ", non-finite " << out.non_finite;
+}
+
+TEST(StepPlan, ARefreshedRunComputesTheNextStep) {
+  const Runtime runtime = host_runtime();
+  testing::SyntheticBatch step(mixed_spec());
+  testing::SyntheticBatch next(next_step(mixed_spec()));
+  auto run = runtime.prepare(step.problem(), {}, nullptr);
+  ASSERT_TRUE(runtime.plan_step(next.problem()).refresh(*run, nullptr));
+  next.poison_outputs();
+  run->enqueue(nullptr);
+  expect_matches_naive(next, "refreshed");
+}
+
+// A step with other phases (here: no contexts, so the generations start at
+// another token) cannot take the run, which keeps computing its own step.
+TEST(StepPlan, AStepWithOtherPhasesIsNotTakenAndChangesNothing) {
+  const Runtime runtime = host_runtime();
+  testing::SyntheticBatch step(mixed_spec());
+  testing::BatchSpec other_spec = next_step(mixed_spec());
+  other_spec.contexts = 0;
+  testing::SyntheticBatch other(other_spec);
+  auto run = runtime.prepare(step.problem(), {}, nullptr);
+  EXPECT_FALSE(runtime.plan_step(other.problem()).refresh(*run, nullptr));
+  step.poison_outputs();
+  run->enqueue(nullptr);
+  expect_matches_naive(step, "not refreshed");
+}
+
+// Runs that cannot refresh (a backend's default) and runs no Runtime made
+// are refused, not thrown at.
+TEST(StepPlan, RunsThatCannotRefreshAreRefused) {
+  Fixture f;
+  testing::SyntheticBatch step(mixed_spec());
+  testing::SyntheticBatch next(next_step(mixed_spec()));
+  auto run = f.runtime.prepare(step.problem(), {}, nullptr);
+  EXPECT_FALSE(f.runtime.plan_step(next.problem()).refresh(*run, nullptr));
+  auto bare = f.backend->prepare(step.problem(), {}, nullptr);
+  EXPECT_FALSE(f.runtime.plan_step(next.problem()).refresh(*bare, nullptr));
+}
+
 }  // namespace
 }  // namespace helixmla
