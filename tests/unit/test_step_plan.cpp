@@ -190,6 +190,26 @@ TEST(StepPlan, AStepWithOtherPhasesIsNotTakenAndChangesNothing) {
   expect_matches_naive(step, "not refreshed");
 }
 
+// The composite's own conditions: the same heads and the same statistics
+// (a captured enqueue baked in the tensor offsets and whether stats are
+// written).
+TEST(StepPlan, AStepWithOtherHeadsOrStatisticsIsNotTaken) {
+  const Runtime runtime = host_runtime();
+  testing::SyntheticBatch step(mixed_spec());
+  auto run = runtime.prepare(step.problem(), {}, nullptr);
+  testing::BatchSpec more_heads = next_step(mixed_spec());
+  more_heads.heads = 8;
+  testing::SyntheticBatch heads(more_heads);
+  EXPECT_FALSE(runtime.plan_step(heads.problem()).refresh(*run, nullptr));
+  testing::BatchSpec no_stats = next_step(mixed_spec());
+  no_stats.stats = false;
+  testing::SyntheticBatch plain(no_stats);
+  EXPECT_FALSE(runtime.plan_step(plain.problem()).refresh(*run, nullptr));
+  step.poison_outputs();
+  run->enqueue(nullptr);
+  expect_matches_naive(step, "after two refused steps");
+}
+
 // Runs that cannot refresh (a backend's default) and runs no Runtime made
 // are refused, not thrown at.
 TEST(StepPlan, RunsThatCannotRefreshAreRefused) {
