@@ -176,7 +176,7 @@ CaseResult CaseRunner::run(const BenchCase& c, const CaseOptions& options) {
     runs.front()->enqueue(stream_);
     cuda_ok(cudaStreamSynchronize(stream_), "verification run");
     result.rel_l2_err = check_first_requests(*batches.front());
-    result.correct = result.rel_l2_err <= (c.kv_dtype == DType::fp8_e4m3 ? 3e-2 : 1e-2);
+    result.correct = result.rel_l2_err <= testing::output_tolerance(c.kv_dtype);
   }
   return result;
 }

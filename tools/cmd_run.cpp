@@ -77,8 +77,7 @@ LayerCheck check_layer(testing::SyntheticBatch& batch) {
   LayerCheck c;
   c.error = testing::compare(batch.out_.data(), batch.spec().q_dtype, expected.out);
   if (batch.spec().stats) c.stats_error = testing::compare_stats(batch.stats_, expected.stats);
-  const double tolerance = batch.spec().kv_dtype == DType::fp8_e4m3 ? 3e-2 : 1e-2;
-  c.pass = c.error.within(tolerance) && c.stats_error.within(kStatsTolerance);
+  c.pass = c.error.within(testing::output_tolerance(batch.spec().kv_dtype)) && c.stats_error.within(kStatsTolerance);
   return c;
 }
 
@@ -152,7 +151,7 @@ int run_single(const RunFlags& flags) {
   }
   const testing::Comparison& error = worst.error;
   const testing::StatsComparison& stats_error = worst.stats_error;
-  const double tolerance = batch.spec().kv_dtype == DType::fp8_e4m3 ? 3e-2 : 1e-2;
+  const double tolerance = testing::output_tolerance(batch.spec().kv_dtype);
   const bool stats = batch.spec().stats;
   const bool stats_ok = stats_error.within(kStatsTolerance);
 

@@ -232,7 +232,7 @@ int run_helix_command(const ProblemFlags& flags, int cp, const std::vector<int>&
   std::string reference_name;
   const std::vector<double> expected = expected_output(batch, &reference_name);
   const testing::Comparison error = testing::compare(out.data(), global.out_dtype, expected);
-  const double tolerance = batch.spec().kv_dtype == DType::fp8_e4m3 ? 3e-2 : 1e-2;
+  const double tolerance = testing::output_tolerance(batch.spec().kv_dtype);
   bool pass = error.within(tolerance);
   std::optional<testing::Comparison> graph_error;
   if (!graph_out.empty()) {

@@ -134,7 +134,7 @@ CellResult execute_cell(const Backend& backend, const Cell& cell, const SweepSpa
   const auto* got = host.out_.data() + row * rank * static_cast<std::int64_t>(dtype_size(spec.q_dtype));
   const testing::Comparison c = testing::compare(got, spec.q_dtype, want);
   result.rel_l2 = c.rel_l2_err;
-  result.pass = c.within(spec.kv_dtype == DType::fp8_e4m3 ? 3e-2 : 1e-2);
+  result.pass = c.within(testing::output_tolerance(spec.kv_dtype));
   if (spec.stats) {
     const std::vector<float> got_stats(host.stats_.begin() + row * 2, host.stats_.begin() + (row + rows) * 2);
     const std::vector<double> want_stats(expected.stats.begin() + row * 2, expected.stats.begin() + (row + rows) * 2);

@@ -22,7 +22,6 @@ namespace {
 
 constexpr double kStatsTolerance = 1e-3;
 
-double tolerance_for(DType kv_dtype) { return kv_dtype == DType::fp8_e4m3 ? 3e-2 : 1e-2; }
 
 }  // namespace
 
@@ -71,7 +70,7 @@ void expect_matches_reference(SyntheticBatch& host, const std::string& label, co
   problem.helix = helix;
   const NaiveResult reference = parallel_naive_attention(problem);
   const Comparison out = compare(host.out_.data(), problem.out_dtype, reference.out);
-  EXPECT_TRUE(out.within(tolerance_for(problem.kv.dtype)))
+  EXPECT_TRUE(out.within(output_tolerance(problem.kv.dtype)))
       << label << ": rel L2 " << out.rel_l2_err << ", max abs " << out.max_abs_err << ", non-finite "
       << out.non_finite;
   if (problem.stats.present()) {
