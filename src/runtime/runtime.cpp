@@ -47,7 +47,13 @@ PerfTable load_perf_table(const RuntimeOptions& options, const Environment& env)
 // offsets plan_phases gave its part.
 class CompositeRun final : public PreparedRun {
  public:
-  explicit CompositeRun(const Problem& whole) { take_shape(whole); }
+  explicit CompositeRun(const Problem& whole) {
+    shape_.dims = whole.dims;
+    shape_.num_heads = whole.num_heads;
+    shape_.q_dtype = whole.q_dtype;
+    shape_.out_dtype = whole.out_dtype;
+    shape_.stats = whole.stats;
+  }
   void add(std::unique_ptr<PreparedRun> run, const Backend* backend, const Phase& phase) {
     phases_.push_back({std::move(run), backend, phase.kind, phase.first_token});
   }
@@ -86,14 +92,6 @@ class CompositeRun final : public PreparedRun {
   }
 
  private:
-  void take_shape(const Problem& whole) {
-    shape_.dims = whole.dims;
-    shape_.num_heads = whole.num_heads;
-    shape_.q_dtype = whole.q_dtype;
-    shape_.out_dtype = whole.out_dtype;
-    shape_.stats = whole.stats;
-  }
-
   struct PhaseRun {
     std::unique_ptr<PreparedRun> run;
     const Backend* backend;

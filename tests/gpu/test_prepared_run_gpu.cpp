@@ -10,7 +10,6 @@
 
 #include <cuda_runtime.h>
 
-#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -22,6 +21,7 @@
 #include "gpu/gpu_test_support.hpp"
 #include "helixmla/error.hpp"
 #include "helixmla/runtime.hpp"
+#include "support/host_checks.hpp"
 #include "synthetic_batch.hpp"
 
 namespace helixmla::testing {
@@ -46,15 +46,7 @@ BatchSpec layer_spec(DType kv) {
 
 bool outputs_untouched(SyntheticBatch& host, DeviceBatch& device) {
   device.download_outputs();
-  const Problem p = host.problem();
-  const std::int64_t outputs = p.num_tokens() * p.num_heads * p.dims.kv_lora_rank;
-  for (std::int64_t i = 0; i < outputs; ++i) {
-    if (!std::isnan(load_as_float(p.out, p.out_dtype, i))) return false;
-  }
-  for (float v : host.stats_) {
-    if (!std::isnan(v)) return false;
-  }
-  return true;
+  return outputs_untouched(host);
 }
 
 // The CUDA backends this GPU has, each behind a Runtime that is made to use it.

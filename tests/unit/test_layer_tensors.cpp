@@ -4,81 +4,37 @@
 // and bad layers refused by name before anything runs.
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <cstdint>
 #include <limits>
 #include <string>
 #include <vector>
 
-#include "compare.hpp"
 #include "helixmla/error.hpp"
 #include "helixmla/planner.hpp"
-#include "helixmla/reference.hpp"
 #include "helixmla/runtime.hpp"
-#include "naive_attention.hpp"
+#include "support/host_checks.hpp"
 #include "synthetic_batch.hpp"
 
 namespace helixmla {
 namespace {
 
-// A mixed batch (two contexts, three verify groups of 2) with statistics.
-testing::BatchSpec mixed_spec(DType kv_dtype, std::uint64_t seed) {
-  testing::BatchSpec spec;
-  spec.dims = {64, 16};
-  spec.heads = 3;
-  spec.contexts = 2;
-  spec.context_len = 9;
-  spec.generations = 3;
-  spec.q_len = 2;
-  spec.kv_len = {40, 7, 65};
-  spec.page_size = 16;
-  spec.use_kv_dtype(kv_dtype);
-  spec.stats = true;
-  spec.seed = seed;
-  return spec;
-}
-
-Runtime host_runtime() {
-  RuntimeOptions options;
-  options.environment = Environment{};
-  return Runtime(options);
-}
-
-// Whether every output and statistic still holds the poison.
-bool untouched(testing::SyntheticBatch& batch) {
-  const Problem p = batch.problem();
-  const std::int64_t outputs = p.num_tokens() * p.num_heads * p.dims.kv_lora_rank;
-  for (std::int64_t i = 0; i < outputs; ++i) {
-    if (!std::isnan(load_as_float(p.out, p.out_dtype, i))) return false;
-  }
-  for (float v : batch.stats_) {
-    if (!std::isnan(v)) return false;
-  }
-  return true;
-}
-
-void expect_matches_naive(testing::SyntheticBatch& batch, const std::string& label) {
-  const Problem p = batch.problem();
-  const testing::NaiveResult naive = testing::naive_attention(p);
-  const testing::Comparison out = testing::compare(p.out, p.out_dtype, naive.out);
-  EXPECT_TRUE(out.within(1e-2)) << label << ": rel L2 " << out.rel_l2_err << ", non-finite " << out.non_finite;
-  const testing::StatsComparison stats = testing::compare_stats(batch.stats_, naive.stats);
-  EXPECT_TRUE(stats.within(1e-5)) << label << ": m " << stats.max_m_err << ", l " << stats.max_l_rel_err;
-}
+using testing::expect_matches_naive;
+using testing::host_only_runtime;
+using testing::outputs_untouched;
+using testing::small_mixed_spec;
 
 TEST(LayerTensors, OneRunComputesEveryLayerOfAMixedBatch) {
   for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
     const std::string label(to_string(kv));
-    testing::SyntheticBatch first(mixed_spec(kv, 1));
+    testing::SyntheticBatch first(small_mixed_spec(kv, 1));
     testing::SyntheticBatch second = testing::another_layer(first, 1);
-    const Runtime runtime = host_runtime();
+    const Runtime runtime = host_only_runtime();
     auto run = runtime.prepare(first.problem(), {}, nullptr);
 
     first.poison_outputs();
     second.poison_outputs();
     run->enqueue(layer_tensors(second.problem()), nullptr);
     expect_matches_naive(second, label + ", second layer");
-    EXPECT_TRUE(untouched(first)) << label << ": the prepared layer's outputs were written";
+    EXPECT_TRUE(outputs_untouched(first)) << label << ": the prepared layer's outputs were written";
 
     first.poison_outputs();
     run->enqueue(nullptr);
@@ -87,7 +43,7 @@ TEST(LayerTensors, OneRunComputesEveryLayerOfAMixedBatch) {
 }
 
 TEST(LayerTensors, PhaseLayerOffsetsMatchThePlannedParts) {
-  testing::SyntheticBatch batch(mixed_spec(DType::bf16, 3));
+  testing::SyntheticBatch batch(small_mixed_spec(DType::bf16, 3));
   const Problem whole = batch.problem();
   const PhasePlan plan = plan_phases(whole);
   for (const Phase* phase : {&*plan.context, &*plan.generation}) {
@@ -102,9 +58,9 @@ TEST(LayerTensors, PhaseLayerOffsetsMatchThePlannedParts) {
 
 // Each bad layer names its field; the outputs stay poisoned (nothing ran).
 TEST(LayerTensors, BadLayersAreRefusedByName) {
-  testing::SyntheticBatch first(mixed_spec(DType::bf16, 5));
+  testing::SyntheticBatch first(small_mixed_spec(DType::bf16, 5));
   testing::SyntheticBatch second = testing::another_layer(first, 1);
-  const Runtime runtime = host_runtime();
+  const Runtime runtime = host_only_runtime();
   auto with_stats = runtime.prepare(first.problem(), {}, nullptr);
   testing::BatchSpec plain = first.spec();
   plain.stats = false;
@@ -136,7 +92,7 @@ TEST(LayerTensors, BadLayersAreRefusedByName) {
     } catch (const InvalidArgument& e) {
       EXPECT_EQ(e.field(), c.field) << e.what();
     }
-    EXPECT_TRUE(untouched(second)) << c.field << ": ran before refusing";
+    EXPECT_TRUE(outputs_untouched(second)) << c.field << ": ran before refusing";
   }
 }
 

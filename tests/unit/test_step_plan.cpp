@@ -5,16 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <cstddef>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "compare.hpp"
 #include "helixmla/error.hpp"
 #include "helixmla/reference.hpp"
 #include "helixmla/runtime.hpp"
-#include "naive_attention.hpp"
+#include "support/host_checks.hpp"
 #include "synthetic_batch.hpp"
 
 namespace helixmla {
@@ -63,19 +61,9 @@ class WorkspaceRecorder final : public Backend {
   AnyShape catalog_;
 };
 
-testing::BatchSpec mixed_spec() {
-  testing::BatchSpec spec;
-  spec.dims = {64, 16};
-  spec.heads = 4;
-  spec.contexts = 2;
-  spec.context_len = 9;
-  spec.generations = 3;
-  spec.q_len = 2;
-  spec.kv_len = {40, 7, 65};
-  spec.page_size = 16;
-  spec.stats = true;
-  return spec;
-}
+using testing::expect_matches_naive;
+using testing::host_only_runtime;
+using testing::small_mixed_spec;
 
 struct Fixture {
   std::shared_ptr<WorkspaceRecorder> backend = std::make_shared<WorkspaceRecorder>();
@@ -91,7 +79,7 @@ std::size_t aligned(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 TEST(StepPlan, OnePlanAnswersTheSizeAndCarvesTheWorkspaceByPhase) {
   Fixture f;
-  testing::SyntheticBatch batch(mixed_spec());
+  testing::SyntheticBatch batch(small_mixed_spec());
   const StepPlan step = f.runtime.plan_step(batch.problem());
   const std::size_t context = aligned(2 * kBytesPerRequest);
   const std::size_t generation = aligned(3 * kBytesPerRequest);
@@ -109,15 +97,12 @@ TEST(StepPlan, OnePlanAnswersTheSizeAndCarvesTheWorkspaceByPhase) {
   EXPECT_EQ(f.backend->given[1].bytes, generation);
 
   run->enqueue(nullptr);
-  const Problem p = batch.problem();
-  const testing::NaiveResult naive = testing::naive_attention(p);
-  const testing::Comparison out = testing::compare(p.out, p.out_dtype, naive.out);
-  EXPECT_TRUE(out.within(1e-2)) << out.rel_l2_err << ", non-finite " << out.non_finite;
+  expect_matches_naive(batch, "prepared from the step plan");
 }
 
 TEST(StepPlan, ATooSmallWorkspaceIsRefusedBeforeAnyPhaseIsPrepared) {
   Fixture f;
-  testing::SyntheticBatch batch(mixed_spec());
+  testing::SyntheticBatch batch(small_mixed_spec());
   const StepPlan step = f.runtime.plan_step(batch.problem());
   std::vector<std::byte> workspace(step.workspace_bytes() - 1);
   try {
@@ -132,7 +117,7 @@ TEST(StepPlan, ATooSmallWorkspaceIsRefusedBeforeAnyPhaseIsPrepared) {
 
 TEST(StepPlan, BadInputIsRefusedByThePlan) {
   Fixture f;
-  testing::SyntheticBatch batch(mixed_spec());
+  testing::SyntheticBatch batch(small_mixed_spec());
   Problem p = batch.problem();
   p.num_heads = 0;
   try {
@@ -143,7 +128,7 @@ TEST(StepPlan, BadInputIsRefusedByThePlan) {
   }
 }
 
-// The next decode step of mixed_spec's batch: the same contexts, every
+// The next decode step of small_mixed_spec's batch: the same contexts, every
 // generation one token longer, other values and another page table.
 testing::BatchSpec next_step(testing::BatchSpec spec) {
   for (std::int32_t& kv : spec.kv_len) ++kv;
@@ -151,23 +136,10 @@ testing::BatchSpec next_step(testing::BatchSpec spec) {
   return spec;
 }
 
-Runtime host_runtime() {
-  RuntimeOptions options;
-  options.environment = Environment{};
-  return Runtime(options);
-}
-
-void expect_matches_naive(testing::SyntheticBatch& batch, const std::string& label) {
-  const Problem p = batch.problem();
-  const testing::NaiveResult naive = testing::naive_attention(p);
-  const testing::Comparison out = testing::compare(p.out, p.out_dtype, naive.out);
-  EXPECT_TRUE(out.within(1e-2)) << label << ": rel L2 " << out.rel_l2_err << ", non-finite " << out.non_finite;
-}
-
 TEST(StepPlan, ARefreshedRunComputesTheNextStep) {
-  const Runtime runtime = host_runtime();
-  testing::SyntheticBatch step(mixed_spec());
-  testing::SyntheticBatch next(next_step(mixed_spec()));
+  const Runtime runtime = host_only_runtime();
+  testing::SyntheticBatch step(small_mixed_spec());
+  testing::SyntheticBatch next(next_step(small_mixed_spec()));
   auto run = runtime.prepare(step.problem(), {}, nullptr);
   ASSERT_TRUE(runtime.plan_step(next.problem()).refresh(*run, nullptr));
   next.poison_outputs();
@@ -178,9 +150,9 @@ TEST(StepPlan, ARefreshedRunComputesTheNextStep) {
 // A step with other phases (here: no contexts, so the generations start at
 // another token) cannot take the run, which keeps computing its own step.
 TEST(StepPlan, AStepWithOtherPhasesIsNotTakenAndChangesNothing) {
-  const Runtime runtime = host_runtime();
-  testing::SyntheticBatch step(mixed_spec());
-  testing::BatchSpec other_spec = next_step(mixed_spec());
+  const Runtime runtime = host_only_runtime();
+  testing::SyntheticBatch step(small_mixed_spec());
+  testing::BatchSpec other_spec = next_step(small_mixed_spec());
   other_spec.contexts = 0;
   testing::SyntheticBatch other(other_spec);
   auto run = runtime.prepare(step.problem(), {}, nullptr);
@@ -194,14 +166,14 @@ TEST(StepPlan, AStepWithOtherPhasesIsNotTakenAndChangesNothing) {
 // (a captured enqueue baked in the tensor offsets and whether stats are
 // written).
 TEST(StepPlan, AStepWithOtherHeadsOrStatisticsIsNotTaken) {
-  const Runtime runtime = host_runtime();
-  testing::SyntheticBatch step(mixed_spec());
+  const Runtime runtime = host_only_runtime();
+  testing::SyntheticBatch step(small_mixed_spec());
   auto run = runtime.prepare(step.problem(), {}, nullptr);
-  testing::BatchSpec more_heads = next_step(mixed_spec());
+  testing::BatchSpec more_heads = next_step(small_mixed_spec());
   more_heads.heads = 8;
   testing::SyntheticBatch heads(more_heads);
   EXPECT_FALSE(runtime.plan_step(heads.problem()).refresh(*run, nullptr));
-  testing::BatchSpec no_stats = next_step(mixed_spec());
+  testing::BatchSpec no_stats = next_step(small_mixed_spec());
   no_stats.stats = false;
   testing::SyntheticBatch plain(no_stats);
   EXPECT_FALSE(runtime.plan_step(plain.problem()).refresh(*run, nullptr));
@@ -214,8 +186,8 @@ TEST(StepPlan, AStepWithOtherHeadsOrStatisticsIsNotTaken) {
 // are refused, not thrown at.
 TEST(StepPlan, RunsThatCannotRefreshAreRefused) {
   Fixture f;
-  testing::SyntheticBatch step(mixed_spec());
-  testing::SyntheticBatch next(next_step(mixed_spec()));
+  testing::SyntheticBatch step(small_mixed_spec());
+  testing::SyntheticBatch next(next_step(small_mixed_spec()));
   auto run = f.runtime.prepare(step.problem(), {}, nullptr);
   EXPECT_FALSE(f.runtime.plan_step(next.problem()).refresh(*run, nullptr));
   auto bare = f.backend->prepare(step.problem(), {}, nullptr);
