@@ -45,12 +45,13 @@ std::pair<std::int32_t, std::int32_t> request_lengths(const BatchSpec& spec, std
 struct Layout {
   std::int64_t requests = 0;
   std::int64_t pages = 0;  // spare pages included
-  std::int64_t stride = 1;  // page-table row: the longest request's pages
+  std::int64_t stride = 1;  // page-table row: the longest request's pages, or wider
   std::int64_t tokens = 0;
 };
 
 Layout layout_of(const BatchSpec& spec) {
   Layout layout;
+  layout.stride = std::max<std::int64_t>(1, spec.page_table_stride);
   layout.requests = static_cast<std::int64_t>(spec.contexts) + spec.generations;
   for (std::int64_t r = 0; r < layout.requests; ++r) {
     const auto [q_len, kv_len] = request_lengths(spec, r);

@@ -25,6 +25,9 @@ struct BatchSpec {
   float kv_scale = 1.0f;                       // value = stored * kv_scale (fp8 stores value / kv_scale)
   bool stats = false;
   std::int32_t spare_pages = 3;                // pool pages no request uses
+  // Page-table row width at least this (unused slots -1): an engine's
+  // fixed-width table, the same from one decode step to the next.
+  std::int32_t page_table_stride = 0;
   std::uint64_t seed = 1;
   bool allocate_tensors = true;                // false: metadata only, tensor pointers null
 

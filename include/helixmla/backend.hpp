@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -102,13 +103,17 @@ class PreparedRun {
   virtual void enqueue(const LayerTensors& layer, void* stream) = 0;
 
   // The next decode step, for graphs captured from this run's enqueues
-  // (StepPlan::refresh): whether `next` (this run's phase of the next step)
-  // launches exactly as the prepared phase does (same kernels, grid sizes
-  // and workspace layout, so every captured launch stays valid), and taking
-  // it: the metadata rewritten in place, uploaded on `stream`, outside any
-  // capture. Runs that cannot refresh say false.
-  virtual bool can_refresh(const Problem& next) const;
-  virtual void refresh(const Problem& next, void* stream);
+  // (StepPlan::refresh). When `next` (this run's phase of the next step) can
+  // launch exactly as the prepared phase does (same kernels, grid sizes and
+  // workspace layout, so every captured launch stays valid), returns the
+  // step that takes it: called with a stream, it rewrites the run's metadata
+  // in place, uploaded on that stream, outside any capture. Otherwise, and
+  // for runs that cannot refresh, returns an empty function; asking changes
+  // nothing. The CUDA runs keep their split counts for a `next` whose own
+  // best plan would launch differently when the kept ones are estimated to
+  // finish within 1/32 of it (src/cuda/block_schedule.hpp).
+  using Refresh = std::function<void(void* stream)>;
+  virtual Refresh plan_refresh(const Problem& next);
 };
 
 class Backend {

@@ -111,11 +111,7 @@ PhaseShape shape_of(const Phase& phase, const Problem& whole) {
   return shape;
 }
 
-bool PreparedRun::can_refresh(const Problem&) const { return false; }
-
-void PreparedRun::refresh(const Problem&, void*) {
-  throw NoCapableBackend("this prepared run cannot take another step: prepare a new one");
-}
+PreparedRun::Refresh PreparedRun::plan_refresh(const Problem&) { return {}; }
 
 std::size_t Backend::workspace_bytes(const Problem&) const { return 0; }
 

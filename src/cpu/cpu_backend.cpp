@@ -40,8 +40,10 @@ class ReferenceRun final : public PreparedRun {
     reference_attention(with_layer(phase_, layer));
   }
   // Nothing is launched ahead, so any host phase of the next step fits.
-  bool can_refresh(const Problem& next) const override { return next.location.kind == Location::Kind::host; }
-  void refresh(const Problem& next, void*) override { phase_ = next; }
+  Refresh plan_refresh(const Problem& next) override {
+    if (next.location.kind != Location::Kind::host) return {};
+    return [this, next](void*) { phase_ = next; };
+  }
 
  private:
   Problem phase_;  // spans and pointers refer to caller memory, as for every backend

@@ -8,8 +8,10 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "cuda/block_schedule.hpp"
 #include "cuda/capture_check.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/device_guard.hpp"
@@ -90,10 +92,10 @@ struct GenericLaunch {
   SplitCombineArgs combine;
 };
 
-// The plan, layout and base-independent arguments of `phase`.
-GenericLaunch plan_launch(const Problem& phase) {
+// The layout and base-independent arguments of `phase` under `plan`.
+GenericLaunch launch_for(const Problem& phase, GenericWorkPlan plan) {
   GenericLaunch g;
-  g.plan = plan_generic_work(phase, device_sm_count(phase.location.device));
+  g.plan = std::move(plan);
   g.layout = generic_workspace_layout(g.plan, phase);
   GenericKernelParams& params = g.params;
   params.page_size = phase.kv.page_size;
@@ -125,10 +127,15 @@ void place(GenericLaunch& g, unsigned char* base) {
   g.combine.partial_stats = g.params.partial_stats;
 }
 
-GenericLaunch generic_launch_of(const Problem& phase, unsigned char* base) {
-  GenericLaunch g = plan_launch(phase);
+GenericLaunch generic_launch_of(const Problem& phase, GenericWorkPlan plan, unsigned char* base) {
+  GenericLaunch g = launch_for(phase, std::move(plan));
   place(g, base);
   return g;
+}
+
+// The phase's own plan.
+GenericWorkPlan plan_of(const Problem& phase) {
+  return plan_generic_work(phase, device_sm_count(phase.location.device));
 }
 
 // Whether two launches are the same kernel calls once their tensors are
@@ -177,23 +184,44 @@ class GenericRun final : public LayerBoundRun {
     upload_metadata(memory_, launch_, phase, base_, stream);
   }
 
-  bool can_refresh(const Problem& next) const override {
+  Refresh plan_refresh(const Problem& next) override {
     require_tensor_alignment(layer_tensors(next), kAlignment, false);
     if (next.location.kind != Location::Kind::cuda || next.location.device != device_ ||
         next.softmax_scale != softmax_scale_) {
-      return false;
+      return {};
     }
-    const GenericLaunch g = generic_launch_of(next, base_);
-    return g.layout.total_bytes <= capacity_ && same_launch(g, launch_);
-  }
-  void refresh(const Problem& next, void* stream) override {
-    DeviceGuard guard(device_);
-    refuse_capturing_stream(static_cast<cudaStream_t>(stream));
-    upload_metadata(memory_, generic_launch_of(next, base_), next, base_, stream);
-    set_prepared(layer_tensors(next));
+    std::optional<GenericLaunch> taken = launch_to_take(next);
+    if (!taken) return {};
+    return [this, next, g = std::move(*taken)](void* stream) mutable {
+      DeviceGuard guard(device_);
+      refuse_capturing_stream(static_cast<cudaStream_t>(stream));
+      upload_metadata(memory_, g, next, base_, stream);
+      launch_ = std::move(g);
+      set_prepared(layer_tensors(next));
+    };
   }
 
  private:
+  // A step's own plan when it launches as the prepared one; else the run's
+  // split counts kept for it, when they launch alike and keeping them pays
+  // (block_schedule.hpp).
+  std::optional<GenericLaunch> launch_to_take(const Problem& next) const {
+    GenericLaunch best = generic_launch_of(next, plan_of(next), base_);
+    if (launches_alike(best)) return best;
+    std::optional<GenericWorkPlan> kept = plan_generic_work_keeping_splits(next, launch_.plan);
+    if (!kept) return std::nullopt;
+    GenericLaunch k = generic_launch_of(next, std::move(*kept), base_);
+    const int sms = device_sm_count(device_);
+    if (!launches_alike(k) ||
+        !keeping_splits_pays(estimated_finish(k.plan, sms), estimated_finish(best.plan, sms))) {
+      return std::nullopt;
+    }
+    return k;
+  }
+  bool launches_alike(const GenericLaunch& g) const {
+    return g.layout.total_bytes <= capacity_ && same_launch(g, launch_);
+  }
+
   void launch(const LayerTensors& layer, void* stream) const override {
     DeviceGuard guard(device_);
     const auto s = static_cast<cudaStream_t>(stream);
@@ -276,8 +304,7 @@ class GenericBackend final : public Backend {
   // The plan depends on the device's SM count, read once per device and
   // cached (the only CUDA call here, and not a stream operation).
   std::size_t workspace_bytes(const Problem& phase) const override {
-    const GenericWorkPlan plan = plan_generic_work(phase, device_sm_count(phase.location.device));
-    return generic_workspace_layout(plan, phase).total_bytes;
+    return generic_workspace_layout(plan_of(phase), phase).total_bytes;
   }
 
   std::unique_ptr<PreparedRun> prepare(const Problem& phase, Workspace workspace, void* stream) const override {
@@ -288,7 +315,7 @@ class GenericBackend final : public Backend {
     DeviceGuard guard(device);
     refuse_capturing_stream(static_cast<cudaStream_t>(stream));
 
-    GenericLaunch planned = plan_launch(phase);
+    GenericLaunch planned = launch_for(phase, plan_of(phase));
     const std::size_t needed = planned.layout.total_bytes;
     if (workspace.data != nullptr && workspace.bytes < needed) {
       throw InvalidArgument("workspace.bytes", -1, std::to_string(workspace.bytes),

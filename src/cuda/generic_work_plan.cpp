@@ -1,9 +1,13 @@
 #include "cuda/generic_work_plan.hpp"
 
 #include <algorithm>
+#include <array>
+#include <cstddef>
 #include <limits>
+#include <memory_resource>
 #include <string>
 
+#include "cuda/block_schedule.hpp"
 #include "helixmla/error.hpp"
 
 namespace helixmla::cuda {
@@ -65,27 +69,22 @@ std::vector<RowGroup> row_groups_of(const Problem& phase, const std::vector<std:
 
 }  // namespace
 
-GenericWorkPlan plan_generic_work(const Problem& phase, int sm_count) {
+namespace {
+
+// The plan of `groups` with `splits[i]` near-equal tile-aligned KV ranges of
+// row group i.
+GenericWorkPlan plan_with_splits(const Problem& phase, std::vector<std::int32_t> bounds,
+                                 const std::vector<RowGroup>& groups, std::vector<std::int32_t> splits) {
   GenericWorkPlan plan;
-  plan.token_bounds = token_bounds_of(phase);
-  const std::vector<RowGroup> groups = row_groups_of(phase, plan.token_bounds);
-
-  std::int64_t total_tiles = 0;
-  for (const RowGroup& g : groups) total_tiles += ceil_div(g.kv, kGenericTileTokens);
-  const std::int64_t target_items = 2 * static_cast<std::int64_t>(std::max(sm_count, 1));
-  std::int64_t chunk_tiles = std::numeric_limits<std::int64_t>::max();
-  if (static_cast<std::int64_t>(groups.size()) < target_items && total_tiles > 0) {
-    chunk_tiles = std::max<std::int64_t>(kGenericMinSplitTiles, ceil_div(total_tiles, target_items));
-  }
-
-  for (const RowGroup& g : groups) {
+  plan.token_bounds = std::move(bounds);
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    const RowGroup& g = groups[i];
     const std::int64_t tiles = ceil_div(g.kv, kGenericTileTokens);
-    const std::int64_t splits = tiles > chunk_tiles ? ceil_div(tiles, chunk_tiles) : 1;
     GenericWorkItem item;
     item.out_row = g.out_row;
     item.request = g.request;
     item.rows = g.rows;
-    if (splits == 1) {
+    if (splits[i] == 1) {
       item.kv_begin = 0;
       item.kv_end = g.kv;
       plan.items.push_back(item);
@@ -96,11 +95,11 @@ GenericWorkPlan plan_generic_work(const Problem& phase, int sm_count) {
     segment.first_entry = plan.entries;
     segment.first_out_row = g.out_row;
     segment.rows = g.rows;
-    segment.splits = static_cast<std::int32_t>(splits);
+    segment.splits = splits[i];
     plan.segments.push_back(segment);
-    for (std::int64_t s = 0; s < splits; ++s) {
-      const std::int64_t first_tile = s * tiles / splits;
-      const std::int64_t end_tile = (s + 1) * tiles / splits;
+    for (std::int64_t s = 0; s < splits[i]; ++s) {
+      const std::int64_t first_tile = s * tiles / splits[i];
+      const std::int64_t end_tile = (s + 1) * tiles / splits[i];
       item.kv_begin = static_cast<std::int32_t>(first_tile * kGenericTileTokens);
       item.kv_end = static_cast<std::int32_t>(std::min<std::int64_t>(end_tile * kGenericTileTokens, g.kv));
       item.partial_entry = plan.entries + s;
@@ -108,8 +107,9 @@ GenericWorkPlan plan_generic_work(const Problem& phase, int sm_count) {
       plan.items.push_back(item);
     }
     plan.split_rows += g.rows;
-    plan.entries += g.rows * splits;
+    plan.entries += std::int64_t{g.rows} * splits[i];
   }
+  plan.group_splits = std::move(splits);
   plan.wide_split_rows = arrange_split_segments(plan.segments);
   // Long ranges first: the blocks that start last are the short ones, which
   // trims the tail of the grid.
@@ -121,6 +121,54 @@ GenericWorkPlan plan_generic_work(const Problem& phase, int sm_count) {
                           "too many query rows for one generic-kernel grid");
   }
   return plan;
+}
+
+// Blocks the plan aims to keep busy: about two per SM.
+std::int64_t block_slots(int sm_count) { return 2 * static_cast<std::int64_t>(std::max(sm_count, 1)); }
+
+}  // namespace
+
+GenericWorkPlan plan_generic_work(const Problem& phase, int sm_count) {
+  std::vector<std::int32_t> bounds = token_bounds_of(phase);
+  const std::vector<RowGroup> groups = row_groups_of(phase, bounds);
+
+  std::int64_t total_tiles = 0;
+  for (const RowGroup& g : groups) total_tiles += ceil_div(g.kv, kGenericTileTokens);
+  const std::int64_t target_items = block_slots(sm_count);
+  std::int64_t chunk_tiles = std::numeric_limits<std::int64_t>::max();
+  if (static_cast<std::int64_t>(groups.size()) < target_items && total_tiles > 0) {
+    chunk_tiles = std::max<std::int64_t>(kGenericMinSplitTiles, ceil_div(total_tiles, target_items));
+  }
+  std::vector<std::int32_t> splits;
+  splits.reserve(groups.size());
+  for (const RowGroup& g : groups) {
+    const std::int64_t tiles = ceil_div(g.kv, kGenericTileTokens);
+    splits.push_back(static_cast<std::int32_t>(tiles > chunk_tiles ? ceil_div(tiles, chunk_tiles) : 1));
+  }
+  return plan_with_splits(phase, std::move(bounds), groups, std::move(splits));
+}
+
+std::optional<GenericWorkPlan> plan_generic_work_keeping_splits(const Problem& phase,
+                                                                const GenericWorkPlan& prepared) {
+  std::vector<std::int32_t> bounds = token_bounds_of(phase);
+  const std::vector<RowGroup> groups = row_groups_of(phase, bounds);
+  if (groups.size() != prepared.group_splits.size()) return std::nullopt;
+  return plan_with_splits(phase, std::move(bounds), groups, prepared.group_splits);
+}
+
+std::int64_t estimated_finish(const GenericWorkPlan& plan, int sm_count) {
+  // A block's fixed work (queries in, outputs out) and the combine's launch,
+  // in KV tiles: rough, as the plan itself does not weigh them.
+  constexpr std::int64_t kItemTiles = 1;
+  constexpr std::int64_t kSplitLaunchTiles = 2;
+  std::array<std::byte, 8192> buffer;
+  std::pmr::monotonic_buffer_resource arena(buffer.data(), buffer.size());
+  CostCounts costs(&arena);
+  for (const GenericWorkItem& item : plan.items) {
+    costs[ceil_div(std::max(item.kv_end - item.kv_begin, 0), kGenericTileTokens) + kItemTiles] += 1;
+  }
+  const auto slots = static_cast<std::int32_t>(block_slots(sm_count));
+  return makespan(costs, slots, &arena) + (plan.segments.empty() ? 0 : kSplitLaunchTiles);
 }
 
 GenericWorkspaceLayout generic_workspace_layout(const GenericWorkPlan& plan, const Problem& phase) {

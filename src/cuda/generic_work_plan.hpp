@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "cuda/generic_kernel.cuh"
@@ -25,12 +26,24 @@ struct GenericWorkPlan {
   std::int64_t split_rows = 0;            // rows that go through the combine
   std::int64_t entries = 0;               // (row, split) partials
   std::int64_t wide_split_rows = 0;       // SplitCombineArgs::wide_rows
+  std::vector<std::int32_t> group_splits; // per row group, in order (request, first row)
 };
 
 // `phase` is a validated part (or whole single-phase batch). The plan aims
 // for about two blocks per SM: row groups alone when there are enough of
 // them, otherwise KV ranges split evenly into tile-aligned pieces.
 GenericWorkPlan plan_generic_work(const Problem& phase, int sm_count);
+
+// The plan of `phase` with the split counts of `prepared`, row group by row
+// group, whatever their lengths now: how a captured run takes a step whose
+// own plan would launch differently. Empty when the row groups differ in
+// number.
+std::optional<GenericWorkPlan> plan_generic_work_keeping_splits(const Problem& phase,
+                                                                const GenericWorkPlan& prepared);
+
+// The plan's finish time in KV tiles, items longest first on about two
+// block slots per SM: what compares two plans of one phase.
+std::int64_t estimated_finish(const GenericWorkPlan& plan, int sm_count);
 
 // Byte offsets inside the workspace; every region starts 256-byte aligned.
 // The metadata regions come first so that one copy uploads them all.

@@ -7,9 +7,12 @@
 #include <limits>
 #include <map>
 #include <memory_resource>
+#include <optional>
 #include <ranges>
 #include <span>
 #include <vector>
+
+#include "cuda/block_schedule.hpp"
 
 namespace helixmla::cuda {
 
@@ -44,47 +47,18 @@ std::int64_t splits_for(std::int64_t tiles, std::int64_t chunk) {
   return tiles <= chunk ? 1 : ceil_div(tiles, ceil_div(tiles, ceil_div(tiles, chunk)));
 }
 
-// A row tile's items under `chunk`: `whole` splits of `per` tiles, then the
+// A row tile's items in `n` splits: `whole` splits of `per` tiles, then the
 // rest (possibly none) if whole < n, then empty splits up to n.
 struct SplitShape {
   std::int64_t n = 1;
   std::int64_t per = 0;
   std::int64_t whole = 0;
-  SplitShape(std::int64_t tiles, std::int64_t chunk)
-      : n(splits_for(tiles, chunk)), per(ceil_div(tiles, n)), whole(per > 0 ? tiles / per : 0) {}
-};
-
-// Item costs (in KV tiles) as cost -> how many items, longest first. Row
-// tiles of a decode batch mostly share their length, so a plan's thousands
-// of items have a handful of distinct costs.
-using CostCounts = std::pmr::map<std::int64_t, std::int64_t, std::greater<>>;
-
-// Time to finish all items on `slots` parallel blocks, greedily longest first
-// (each item to a least-loaded slot, as the block scheduler hands out blocks
-// in launch order). Slots of equal load are interchangeable, so they are
-// kept as load -> how many, and items of one cost fill them a group at a
-// time: the same finish time as placing the items one by one.
-std::int64_t makespan(const CostCounts& costs, std::int32_t slots, std::pmr::memory_resource* arena) {
-  std::pmr::map<std::int64_t, std::int64_t> slots_at_load(arena);
-  slots_at_load.emplace(0, slots);
-  std::int64_t finish = 0;
-  for (auto [cost, count] : costs) {
-    while (count > 0) {
-      const auto least = slots_at_load.begin();
-      const std::int64_t load = least->first;
-      const std::int64_t take = std::min(count, least->second);
-      if (take == least->second) {
-        slots_at_load.erase(least);
-      } else {
-        least->second -= take;
-      }
-      slots_at_load[load + cost] += take;
-      finish = std::max(finish, load + cost);
-      count -= take;
-    }
+  SplitShape(std::int64_t tiles, std::int64_t splits)
+      : n(splits), per(ceil_div(tiles, n)), whole(per > 0 ? tiles / per : 0) {}
+  static SplitShape under_chunk(std::int64_t tiles, std::int64_t chunk) {
+    return SplitShape(tiles, splits_for(tiles, chunk));
   }
-  return finish;
-}
+};
 
 // Split chunks (in KV tiles) worth estimating, longest first: the longest
 // row tile in 1 to 64 equal parts, and the chunks that spread all the tiles
@@ -147,7 +121,7 @@ std::int64_t choose_chunk(const std::vector<Unit>& units, std::int32_t slots) {
     std::int64_t shortest_item = std::numeric_limits<std::int64_t>::max();
     std::int64_t load = 0;  // every item's cost, empty splits included
     for (const auto& [tiles, count] : units_of_tiles) {
-      const auto [n, per, whole] = SplitShape(tiles, chunk);
+      const auto [n, per, whole] = SplitShape::under_chunk(tiles, chunk);
       c.items += n * count;
       load += (tiles + n * kItemOverheadTiles) * count;
       longest_item = std::max(longest_item, per + kItemOverheadTiles);
@@ -173,7 +147,7 @@ std::int64_t choose_chunk(const std::vector<Unit>& units, std::int32_t slots) {
     std::pmr::monotonic_buffer_resource arena(buffer.data(), buffer.size());
     CostCounts costs(&arena);
     for (const auto& [tiles, count] : units_of_tiles) {
-      const auto [n, per, whole] = SplitShape(tiles, c.chunk);
+      const auto [n, per, whole] = SplitShape::under_chunk(tiles, c.chunk);
       if (whole > 0) costs[per + kItemOverheadTiles] += whole * count;
       if (whole < n) costs[tiles - whole * per + kItemOverheadTiles] += count;
       if (whole + 1 < n) costs[kItemOverheadTiles] += (n - whole - 1) * count;
@@ -227,42 +201,46 @@ std::int32_t token_bound(const PhaseInputs& in, std::int32_t request, std::int32
   return static_cast<std::int32_t>(std::clamp<std::int64_t>(bound, 0, kv));
 }
 
-TensorcorePlan plan_of(const PhaseInputs& in) {
-  TensorcorePlan plan;
-  const std::int32_t rows_tile = in.rows_tile;
-  plan.rows_tile = rows_tile;
-  const std::int32_t heads = in.heads;
-
+// The phase's row tiles in order (request, first row).
+std::vector<Unit> units_of(const PhaseInputs& in) {
   std::vector<Unit> units;
   std::int32_t token_offset = 0;
   for (std::int32_t r = 0; r < static_cast<std::int32_t>(in.q_len.size()); ++r) {
     const std::int32_t q_len = in.q_len[static_cast<std::size_t>(r)];
-    const std::int32_t rows = q_len * heads;
-    for (std::int32_t begin = 0; begin < rows; begin += rows_tile) {
+    const std::int32_t rows = q_len * in.heads;
+    for (std::int32_t begin = 0; begin < rows; begin += in.rows_tile) {
       Unit u;
       u.request = r;
       u.token_offset = token_offset;
       u.row_begin = begin;
-      u.rows = std::min(rows_tile, rows - begin);
-      const std::int32_t last_token = (begin + u.rows - 1) / heads;
-      for (std::int32_t t = begin / heads; t <= last_token; ++t) {
+      u.rows = std::min(in.rows_tile, rows - begin);
+      const std::int32_t last_token = (begin + u.rows - 1) / in.heads;
+      for (std::int32_t t = begin / in.heads; t <= last_token; ++t) {
         u.kv_visible = std::max(u.kv_visible, token_bound(in, r, token_offset, t));
       }
       units.push_back(u);
     }
     token_offset += q_len;
   }
+  return units;
+}
 
-  const std::int64_t chunk = choose_chunk(units, std::max(in.parallel_blocks, 1));
+// The plan of `units` with `splits[i]` splits of row tile i.
+TensorcorePlan plan_with_splits(const PhaseInputs& in, const std::vector<Unit>& units,
+                                std::vector<std::int32_t> splits) {
+  TensorcorePlan plan;
+  plan.rows_tile = in.rows_tile;
+  const std::int32_t heads = in.heads;
   std::vector<std::pair<std::int64_t, helixmla_tc::WorkItem>> ordered;
-  for (const Unit& u : units) {
+  for (std::size_t i = 0; i < units.size(); ++i) {
+    const Unit& u = units[i];
     helixmla_tc::WorkItem item{};
     item.token_offset = u.token_offset;
     item.q_len = in.q_len[static_cast<std::size_t>(u.request)];
     item.kv_len = in.kv_len[static_cast<std::size_t>(u.request)];
     item.request = u.request;
     item.row_begin = u.row_begin;
-    const SplitShape split(u.tiles(), chunk);
+    const SplitShape split(u.tiles(), splits[i]);
     const std::int64_t n = split.n;
     if (n == 1) {
       item.kv_begin = 0;
@@ -281,7 +259,8 @@ TensorcorePlan plan_of(const PhaseInputs& in) {
     seg.splits = static_cast<std::int32_t>(n);
     plan.segments.push_back(seg);
     for (std::int64_t s = 0; s < n; ++s) {
-      item.kv_begin = static_cast<std::int32_t>(s * per);
+      // Empty splits (past the visible KV) start where it ends.
+      item.kv_begin = static_cast<std::int32_t>(std::min<std::int64_t>(u.kv_visible, s * per));
       item.kv_end = static_cast<std::int32_t>(std::min<std::int64_t>(u.kv_visible, (s + 1) * per));
       item.split = static_cast<std::int32_t>(s);
       item.splits = static_cast<std::int32_t>(n);
@@ -291,6 +270,7 @@ TensorcorePlan plan_of(const PhaseInputs& in) {
     plan.entries += std::int64_t{u.rows} * n;
     plan.split_rows += u.rows;
   }
+  plan.row_tile_splits = std::move(splits);
   plan.wide_split_rows = arrange_split_segments(plan.segments);
   // Longest first lets the block scheduler balance uneven lengths; stable, so
   // the row tiles of one request stay neighbours and share KV through L2.
@@ -316,7 +296,34 @@ TensorcorePlan plan_of(const PhaseInputs& in) {
   return plan;
 }
 
+TensorcorePlan plan_of(const PhaseInputs& in) {
+  const std::vector<Unit> units = units_of(in);
+  const std::int64_t chunk = choose_chunk(units, std::max(in.parallel_blocks, 1));
+  std::vector<std::int32_t> splits;
+  splits.reserve(units.size());
+  for (const Unit& u : units) splits.push_back(static_cast<std::int32_t>(splits_for(u.tiles(), chunk)));
+  return plan_with_splits(in, units, std::move(splits));
+}
+
 }  // namespace
+
+std::optional<TensorcorePlan> plan_tensorcore_keeping_splits(const Problem& phase, const TensorcorePlan& prepared,
+                                                             std::int32_t parallel_blocks) {
+  const PhaseInputs in = inputs_of(phase, prepared.rows_tile, parallel_blocks);
+  const std::vector<Unit> units = units_of(in);
+  if (units.size() != prepared.row_tile_splits.size()) return std::nullopt;
+  return plan_with_splits(in, units, prepared.row_tile_splits);
+}
+
+std::int64_t estimated_finish(const TensorcorePlan& plan, std::int32_t parallel_blocks) {
+  std::array<std::byte, 8192> buffer;
+  std::pmr::monotonic_buffer_resource arena(buffer.data(), buffer.size());
+  CostCounts costs(&arena);
+  for (const helixmla_tc::WorkItem& item : plan.items) {
+    costs[ceil_div(std::max(item.kv_end - item.kv_begin, 0), kTile) + kItemOverheadTiles] += 1;
+  }
+  return makespan(costs, std::max(parallel_blocks, 1), &arena) + (plan.segments.empty() ? 0 : kSplitLaunchTiles);
+}
 
 TensorcorePlan plan_tensorcore(const Problem& phase, std::int32_t rows_tile, std::int32_t parallel_blocks) {
   return plan_of(inputs_of(phase, rows_tile, parallel_blocks));

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "cuda/split_combine.hpp"
@@ -22,6 +23,7 @@ struct TensorcorePlan {
   std::int64_t entries = 0;                  // split partial entries
   std::int64_t split_rows = 0;               // rows that need the combine
   std::int64_t wide_split_rows = 0;          // SplitCombineArgs::wide_rows
+  std::vector<std::int32_t> row_tile_splits; // per row tile, in order (request, first row)
 
   // Workspace layout (byte offsets); the first `metadata_bytes` are uploaded.
   std::size_t items_offset = 0;
@@ -39,6 +41,19 @@ struct TensorcorePlan {
 // the work fills it evenly.
 TensorcorePlan plan_tensorcore(const Problem& phase, std::int32_t rows_tile,
                                std::int32_t parallel_blocks);
+
+// The plan of `phase` with the split counts of `prepared`, row tile by row
+// tile (the same row tile size), whatever their lengths now: how a captured
+// run takes a step whose own best plan would launch differently. Empty when
+// the phase has another number of row tiles.
+std::optional<TensorcorePlan> plan_tensorcore_keeping_splits(const Problem& phase, const TensorcorePlan& prepared,
+                                                             std::int32_t parallel_blocks);
+
+// The plan's finish time on `parallel_blocks` as the split search estimates
+// it (KV tiles, items longest first on the least-loaded block slot, plus
+// the fixed costs of items and of splitting): what compares two plans of
+// one phase.
+std::int64_t estimated_finish(const TensorcorePlan& plan, std::int32_t parallel_blocks);
 
 // plan_tensorcore, remembered per thread: an engine sizes the workspace and
 // then prepares the same phase, and each needs the plan. The last plan this

@@ -8,8 +8,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <optional>
 #include <string>
 
+#include "cuda/block_schedule.hpp"
 #include "cuda/capture_check.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/device_guard.hpp"
@@ -133,31 +136,49 @@ class TensorcoreRun final : public LayerBoundRun {
 
   // The workspace (the caller's, or the run's own of `bytes`) and the
   // launch of `phase` under `plan` with its metadata there, uploaded.
-  void take(const Problem& phase, const TensorcorePlan& plan, void* given, std::size_t bytes, void* stream) {
+  void take(const Problem& phase, std::shared_ptr<const TensorcorePlan> plan, void* given, std::size_t bytes,
+            void* stream) {
     base_ = static_cast<unsigned char*>(memory_.workspace(given, bytes));
     capacity_ = bytes;
-    launch_ = launch_of(phase, plan, base_);
-    upload_metadata(memory_, plan, phase, base_, stream);
+    launch_ = launch_of(phase, *plan, base_);
+    upload_metadata(memory_, *plan, phase, base_, stream);
+    plan_ = std::move(plan);
   }
 
-  bool can_refresh(const Problem& next) const override {
+  Refresh plan_refresh(const Problem& next) override {
     require_tensor_alignment(layer_tensors(next), kAlignment, false);
     if (next.location.kind != Location::Kind::cuda || next.location.device != device_ ||
         next.softmax_scale != softmax_scale_ || tensorcore_variant_of(next) != variant_) {
-      return false;
+      return {};
     }
-    const auto plan = tensorcore_plan_for(next, variant_.rows, parallel_blocks(next, variant_));
-    return plan->workspace_bytes <= capacity_ && same_launch(launch_of(next, *plan, base_), launch_);
-  }
-  void refresh(const Problem& next, void* stream) override {
-    DeviceGuard guard(device_);
-    refuse_capturing_stream(static_cast<cudaStream_t>(stream));
-    upload_metadata(memory_, *tensorcore_plan_for(next, variant_.rows, parallel_blocks(next, variant_)), next,
-                    base_, stream);
-    set_prepared(layer_tensors(next));
+    std::shared_ptr<const TensorcorePlan> plan = plan_to_take(next);
+    if (!plan) return {};
+    return [this, next, plan = std::move(plan)](void* stream) {
+      DeviceGuard guard(device_);
+      refuse_capturing_stream(static_cast<cudaStream_t>(stream));
+      upload_metadata(memory_, *plan, next, base_, stream);
+      plan_ = plan;
+      set_prepared(layer_tensors(next));
+    };
   }
 
  private:
+  // A step's own best plan when it launches as the prepared one; else the
+  // run's split counts kept for it, when they launch alike and keeping them
+  // pays (block_schedule.hpp). Null when neither does.
+  std::shared_ptr<const TensorcorePlan> plan_to_take(const Problem& next) const {
+    const std::int32_t slots = parallel_blocks(next, variant_);
+    std::shared_ptr<const TensorcorePlan> best = tensorcore_plan_for(next, variant_.rows, slots);
+    if (launches_alike(next, *best)) return best;
+    std::optional<TensorcorePlan> kept = plan_tensorcore_keeping_splits(next, *plan_, slots);
+    if (!kept || !launches_alike(next, *kept)) return nullptr;
+    if (!keeping_splits_pays(estimated_finish(*kept, slots), estimated_finish(*best, slots))) return nullptr;
+    return std::make_shared<const TensorcorePlan>(std::move(*kept));
+  }
+  bool launches_alike(const Problem& next, const TensorcorePlan& plan) const {
+    return plan.workspace_bytes <= capacity_ && same_launch(launch_of(next, plan, base_), launch_);
+  }
+
   void launch(const LayerTensors& layer, void* stream) const override {
     DeviceGuard guard(device_);
     auto s = static_cast<cudaStream_t>(stream);
@@ -188,6 +209,7 @@ class TensorcoreRun final : public LayerBoundRun {
   Kernel kernel_;
   unsigned char* base_ = nullptr;
   std::size_t capacity_ = 0;
+  std::shared_ptr<const TensorcorePlan> plan_;  // the step's, whose split counts a refresh may keep
   TensorcoreLaunch launch_;
   RunMemory memory_;
 };
@@ -209,17 +231,16 @@ std::unique_ptr<PreparedRun> prepare_tensorcore(const Problem& phase, const Tens
   DeviceGuard guard(phase.location.device);
   refuse_capturing_stream(static_cast<cudaStream_t>(stream));
   require_tensor_alignment(layer_tensors(phase), kAlignment, false);
-  const std::shared_ptr<const TensorcorePlan> planned =
+  std::shared_ptr<const TensorcorePlan> plan =
       tensorcore_plan_for(phase, variant.rows, parallel_blocks(phase, variant));
-  const TensorcorePlan& plan = *planned;
-  if (workspace.data && workspace.bytes < plan.workspace_bytes) {
+  const std::size_t needed = plan->workspace_bytes;
+  if (workspace.data && workspace.bytes < needed) {
     throw InvalidArgument("workspace.bytes", -1, std::to_string(workspace.bytes),
-                          "cuda_tensorcore needs at least " +
-                              std::to_string(plan.workspace_bytes) + " bytes for this phase");
+                          "cuda_tensorcore needs at least " + std::to_string(needed) + " bytes for this phase");
   }
   require_alignment("workspace.data", workspace.data, 16, kAlignment.backend);
   auto run = std::make_unique<TensorcoreRun>(phase, variant, kernel_for(variant));
-  run->take(phase, plan, workspace.data, workspace.data ? workspace.bytes : plan.workspace_bytes, stream);
+  run->take(phase, std::move(plan), workspace.data, workspace.data ? workspace.bytes : needed, stream);
   return run;
 }
 

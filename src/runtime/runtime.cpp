@@ -80,14 +80,17 @@ class CompositeRun final : public PreparedRun {
         next.stats.present() != shape_.stats.present()) {
       return false;
     }
+    std::vector<PreparedRun::Refresh> steps;
     for (std::size_t i = 0; i < parts.size(); ++i) {
       const auto& [phase, backend] = parts[i];
       if (phases_[i].backend != backend || phases_[i].kind != phase->kind ||
-          phases_[i].first_token != phase->first_token || !phases_[i].run->can_refresh(phase->problem)) {
+          phases_[i].first_token != phase->first_token) {
         return false;
       }
+      steps.push_back(phases_[i].run->plan_refresh(phase->problem));
+      if (!steps.back()) return false;
     }
-    for (std::size_t i = 0; i < parts.size(); ++i) phases_[i].run->refresh(parts[i].first->problem, stream);
+    for (const auto& step : steps) step(stream);
     return true;
   }
 

@@ -186,10 +186,12 @@ TEST(PreparedRunGpu, PrepareOnACapturingStreamIsRefused) {
 // for the next after StepPlan::refresh rewrote the run's metadata (every
 // generation a token longer within its KV tiles and pages, other values
 // and another page table). Without the refresh the replay would read the
-// next step's pool through the old page table. A step whose launches
-// differ (a much longer request: other splits, another page-table stride)
-// is refused.
-TEST(PreparedRunGpu, ARefreshedRunReplaysTheNextStepFromItsGraph) {
+// next step's pool through the old page table. Then a step whose long
+// request was replaced by a slightly shorter one, whose own plan has other
+// split counts: the run keeps its counts (the same grid) and the same graph
+// replays it. A step whose launches differ beyond that (a much longer
+// request: another page-table width) is refused.
+TEST(PreparedRunGpu, ARefreshedRunReplaysTheNextStepsFromItsGraph) {
   const auto runtimes = cuda_runtimes();
   if (runtimes.empty()) GTEST_SKIP() << "no CUDA backend available";
   for (const auto& runtime : runtimes) {
@@ -197,35 +199,49 @@ TEST(PreparedRunGpu, ARefreshedRunReplaysTheNextStepFromItsGraph) {
       const std::string label = runtime->options().forced_backend + " " + std::string(to_string(kv));
       BatchSpec spec = layer_spec(kv);
       spec.kv_len = {20001, 130, 301};
-      BatchSpec next_spec = spec;
-      for (std::int32_t& length : next_spec.kv_len) ++length;
-      next_spec.seed += 1;
+      spec.page_table_stride = 313;  // an engine's fixed width: 20001 tokens of 64-token pages
       SyntheticBatch step(spec);
-      SyntheticBatch next(next_spec);
       DeviceBatch step_device(step);
-      DeviceBatch next_device(next);
+      std::vector<SyntheticBatch> next_steps;
+      for (const std::vector<std::int32_t>& kv_len :
+           {std::vector<std::int32_t>{20002, 131, 302}, std::vector<std::int32_t>{19969, 132, 303}}) {
+        BatchSpec next_spec = spec;
+        next_spec.kv_len = kv_len;
+        next_spec.seed += next_steps.size() + 1;
+        next_steps.emplace_back(next_spec);
+      }
+      std::vector<std::unique_ptr<DeviceBatch>> next_devices;
+      for (SyntheticBatch& next : next_steps) next_devices.push_back(std::make_unique<DeviceBatch>(next));
       TestStream stream;
       const Problem prepared = step_device.problem();
       DeviceBuffer workspace(runtime->workspace_bytes(prepared));
       auto run = runtime->prepare(prepared, {workspace.data(), workspace.bytes()}, stream.get());
       stream.synchronize();
 
-      cudaGraph_t graph = nullptr;
-      check_cuda(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal), "begin capture");
-      run->enqueue(layer_tensors(next_device.problem()), stream.get());
-      check_cuda(cudaStreamEndCapture(stream.get(), &graph), "end capture");
-      cudaGraphExec_t exec = nullptr;
-      check_cuda(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-
-      ASSERT_TRUE(runtime->plan_step(next_device.problem()).refresh(*run, stream.get())) << label;
-      next_device.poison_outputs();
-      check_cuda(cudaDeviceSynchronize(), "poison");
-      check_cuda(cudaGraphLaunch(exec, stream.get()), "graph launch");
-      stream.synchronize();
-      next_device.download_outputs();
-      expect_matches_reference(next, label + " next step from the graph");
-      cudaGraphExecDestroy(exec);
-      cudaGraphDestroy(graph);
+      // A graph per step's tensors, all captured before any refresh: each
+      // replays a step whose metadata only the refresh put in place.
+      std::vector<cudaGraphExec_t> graphs;
+      for (auto& next_device : next_devices) {
+        cudaGraph_t graph = nullptr;
+        check_cuda(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal), "begin capture");
+        run->enqueue(layer_tensors(next_device->problem()), stream.get());
+        check_cuda(cudaStreamEndCapture(stream.get(), &graph), "end capture");
+        cudaGraphExec_t exec = nullptr;
+        check_cuda(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+        cudaGraphDestroy(graph);
+        graphs.push_back(exec);
+      }
+      for (std::size_t i = 0; i < next_steps.size(); ++i) {
+        const std::string at = label + " step " + std::to_string(i + 1);
+        ASSERT_TRUE(runtime->plan_step(next_devices[i]->problem()).refresh(*run, stream.get())) << at;
+        next_devices[i]->poison_outputs();
+        check_cuda(cudaDeviceSynchronize(), "poison");
+        check_cuda(cudaGraphLaunch(graphs[i], stream.get()), "graph launch");
+        stream.synchronize();
+        next_devices[i]->download_outputs();
+        expect_matches_reference(next_steps[i], at + " from the graph");
+      }
+      for (cudaGraphExec_t exec : graphs) cudaGraphExecDestroy(exec);
 
       BatchSpec far_spec = spec;
       far_spec.kv_len = {60000, 130, 301};

@@ -8,10 +8,12 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 #include <vector>
 
+#include "cuda/block_schedule.hpp"
 #include "cuda/tensorcore_backend.hpp"
 #include "cuda/tensorcore_plan.hpp"
 #include "cuda/tensorcore_variants.hpp"
@@ -446,6 +448,80 @@ TEST(TensorcorePlan, VerifyGroupsAndUnevenLengthsAreCovered) {
   testing::SyntheticBatch batch(spec);
   const Problem p = batch.problem();
   for (std::int32_t tile : {16, 32, 64}) expect_plan_covers(p, plan_tensorcore(p, tile, 132));
+}
+
+// A verify batch whose long request finished and another, slightly shorter
+// (the same pages), took its slot: its own best plan has other split counts
+// (another grid), which a captured run cannot take; keeping the prepared
+// counts covers the new step on the prepared grid and layout, and finishes
+// as soon by the estimate.
+struct KeptStep {
+  explicit KeptStep(std::vector<std::int32_t> next_kv_len, std::int32_t next_q_len = 2)
+      : step(spec_of({20001, 130, 301}, 2)),
+        next(spec_of(std::move(next_kv_len), next_q_len)),
+        next_problem(next.problem()),
+        prepared(plan_tensorcore(step.problem(), 64, 132)),
+        best(plan_tensorcore(next_problem, 64, 132)),
+        kept(plan_tensorcore_keeping_splits(next_problem, prepared, 132)) {}
+  static testing::BatchSpec spec_of(std::vector<std::int32_t> kv_len, std::int32_t q_len) {
+    testing::BatchSpec spec = decode_metadata(24, 3, 0);
+    spec.q_len = q_len;
+    spec.kv_len = std::move(kv_len);
+    spec.page_table_stride = 313;  // an engine's fixed width: 20001 tokens of 64-token pages
+    return spec;
+  }
+  testing::SyntheticBatch step, next;
+  Problem next_problem;
+  TensorcorePlan prepared, best;
+  std::optional<TensorcorePlan> kept;
+};
+
+void expect_same_grid(const TensorcorePlan& a, const TensorcorePlan& b) {
+  EXPECT_EQ(a.items.size(), b.items.size());
+  EXPECT_EQ(a.segments.size(), b.segments.size());
+  EXPECT_EQ(a.entries, b.entries);
+  EXPECT_EQ(a.split_rows, b.split_rows);
+  EXPECT_EQ(a.wide_split_rows, b.wide_split_rows);
+  EXPECT_EQ(a.page_table_offset, b.page_table_offset);
+  EXPECT_EQ(a.partial_out_offset, b.partial_out_offset);
+  EXPECT_EQ(a.partial_stats_offset, b.partial_stats_offset);
+  EXPECT_EQ(a.workspace_bytes, b.workspace_bytes);
+}
+
+TEST(TensorcorePlan, KeptSplitCountsPlanAnotherStepOnThePreparedGrid) {
+  const KeptStep s({19969, 131, 302});
+  ASSERT_NE(s.best.items.size(), s.prepared.items.size()) << "the step's own plan launches alike";
+  ASSERT_TRUE(s.kept);
+  EXPECT_EQ(s.kept->row_tile_splits, s.prepared.row_tile_splits);
+  expect_same_grid(*s.kept, s.prepared);
+  expect_plan_covers(s.next_problem, *s.kept);
+  EXPECT_TRUE(keeping_splits_pays(estimated_finish(*s.kept, 132), estimated_finish(s.best, 132)));
+}
+
+// The long request replaced by one shorter than its split count: the kept
+// splits past its KV are empty (they start and end where it ends).
+TEST(TensorcorePlan, KeptSplitsPastAShortRequestAreEmpty) {
+  const KeptStep s({100, 130, 301});
+  ASSERT_TRUE(s.kept);
+  expect_same_grid(*s.kept, s.prepared);
+  expect_plan_covers(s.next_problem, *s.kept);
+  std::int64_t empty = 0;
+  for (const helixmla_tc::WorkItem& item : s.kept->items) {
+    EXPECT_LE(item.kv_begin, item.kv_end);
+    empty += item.request == 0 && item.kv_begin == item.kv_end;
+  }
+  EXPECT_GT(empty, 100);
+}
+
+TEST(TensorcorePlan, KeptSplitsAreNotWorthALongRequestInAnUnsplitSlot) {
+  const KeptStep s({20001, 130, 19000});
+  ASSERT_TRUE(s.kept);
+  EXPECT_FALSE(keeping_splits_pays(estimated_finish(*s.kept, 132), estimated_finish(s.best, 132)))
+      << estimated_finish(*s.kept, 132) << " against " << estimated_finish(s.best, 132);
+}
+
+TEST(TensorcorePlan, SplitCountsAreKeptOnlyForTheSameRowTiles) {
+  EXPECT_FALSE(KeptStep({20001, 130, 301}, 3).kept);  // 72 rows: two row tiles a request
 }
 
 }  // namespace

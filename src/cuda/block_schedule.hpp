@@ -1,0 +1,34 @@
+// How long a grid of work items takes on the GPU's block slots, as the
+// planners of both CUDA backends estimate it, and when a refreshed run may
+// keep its prepared split counts. Pure host code.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory_resource>
+
+namespace helixmla::cuda {
+
+// Item costs (in KV tiles) as cost -> how many items, longest first. Row
+// tiles of a decode batch mostly share their length, so a plan's thousands
+// of items have a handful of distinct costs.
+using CostCounts = std::pmr::map<std::int64_t, std::int64_t, std::greater<>>;
+
+// Time to finish all items on `slots` parallel blocks, greedily longest first
+// (each item to a least-loaded slot, as the block scheduler hands out blocks
+// in launch order).
+std::int64_t makespan(const CostCounts& costs, std::int32_t slots, std::pmr::memory_resource* arena);
+
+// A captured run refreshed for a step whose own best plan would launch
+// differently keeps its prepared split counts (the same grid, on other
+// lengths) when they are estimated to finish within 1/32 of that plan: an
+// engine would rather replay its graph a little slower than prepare and
+// capture again. On simulated decode traces with requests replaced as they
+// finish (docs/NOTES.md) this refreshes all but one step in ~70, at 0.3-0.4%
+// estimated cost; a slack of 1/8 all but one in ~200 at 3-4%.
+inline bool keeping_splits_pays(std::int64_t kept_finish, std::int64_t best_finish) {
+  return kept_finish * 32 <= best_finish * 33;
+}
+
+}  // namespace helixmla::cuda
