@@ -12,5 +12,6 @@ void add_explain_command(CLI::App& app);
 void add_sweep_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_tune_command(CLI::App& app);
+void add_trace_command(CLI::App& app);
 
 }  // namespace helixmla::tools

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   helixmla::tools::add_sweep_command(app);
   helixmla::tools::add_bench_command(app);
   helixmla::tools::add_tune_command(app);
+  helixmla::tools::add_trace_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -217,4 +217,12 @@ TEST_F(Cli, BenchRejectsCasesTheSuiteLacksAndRepeatedIds) {
   std::filesystem::remove(suite);
 }
 
+// Its flags are checked before it looks for a GPU (CI has none).
+TEST_F(Cli, TraceChecksItsFlagsBeforeWorking) {
+  expect_refused("trace --contexts 1", "--contexts");
+  expect_refused("trace --batch 0", "--batch");
+  expect_refused("trace --steps 0", "--steps");
+  expect_refused("trace --every 0", "--every");
+}
+
 }  // namespace
