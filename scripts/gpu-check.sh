@@ -62,6 +62,13 @@ if step run; then
   # The engine's flow: one prepared run, four layers, a mixed batch with statistics.
   "$build/helixmla" run --layers 4 --contexts 1 --stats --heads 48 --kv-dtype fp8 >"$out/run-layers.txt" 2>&1
   summary+=("helixmla run --layers 4 (mixed, fp8, stats): exit $?: $(sed -n 3p "$out/run-layers.txt")")
+  # Decode steps through one run refreshed as under a captured graph, on
+  # both CUDA backends: how often a step needs a new prepare, and the GPU
+  # time of a refreshed run against each step's own plan.
+  for backend in cuda_tensorcore cuda_generic; do
+    timeout "$(within 120)" "$build/helixmla" trace --backend "$backend" >"$out/trace-$backend.txt" 2>"$out/trace-$backend.err"
+    summary+=("helixmla trace --backend $backend: exit $?: $(grep -E 'refreshed [0-9]|GPU time|rel L2' "$out/trace-$backend.txt" | tr -s ' ' | tr '\n' ' ')")
+  done
 fi
 # The gtest binaries run directly: one process instead of one per test (CUDA
 # start-up in each of ~400 processes costs minutes of device time). CTest runs

@@ -88,13 +88,18 @@ void run_trace(const TraceFlags& flags) {
   const Runtime runtime(options);
   cudaStream_t stream = nullptr;
   cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
-  const std::size_t capacity = runtime.plan_step(batch.problem()).workspace_bytes() * 2;
-  testing::DeviceBuffer workspace(capacity), fresh_workspace(capacity);
   const Problem first = problem_now();
+  // Workspaces grow (to twice what a step needs) when a run is prepared for
+  // a step that needs more: a refreshed run keeps the one it was given.
+  testing::DeviceBuffer workspace, fresh_workspace;
+  const auto prepare_in = [&](const StepPlan& plan, testing::DeviceBuffer& buffer) {
+    if (buffer.bytes() < plan.workspace_bytes()) buffer = testing::DeviceBuffer(2 * plan.workspace_bytes());
+    return plan.prepare({buffer.data(), buffer.bytes()}, stream);
+  };
   const std::int64_t out_values = first.num_tokens() * first.num_heads * first.dims.kv_lora_rank;
   testing::DeviceBuffer fresh_out(static_cast<std::size_t>(out_values) * dtype_size(first.out_dtype));
 
-  std::unique_ptr<PreparedRun> run = runtime.plan_step(first).prepare({workspace.data(), capacity}, stream);
+  std::unique_ptr<PreparedRun> run = prepare_in(runtime.plan_step(first), workspace);
   int refreshed = 0, prepared = 0;
   std::vector<double> refresh_us, prepare_us, ratios;
   double worst_l2 = 0.0;
@@ -110,13 +115,14 @@ void run_trace(const TraceFlags& flags) {
       refresh_us.push_back(microseconds_since(start));
       ++refreshed;
     } else {
-      run = plan.prepare({workspace.data(), capacity}, stream);
+      run.reset();
+      run = prepare_in(plan, workspace);
       prepare_us.push_back(microseconds_since(start));
       ++prepared;
     }
     if (step % flags.every != 0) continue;
     // The same step through a run of its own plan, into another output.
-    std::unique_ptr<PreparedRun> fresh = plan.prepare({fresh_workspace.data(), capacity}, stream);
+    std::unique_ptr<PreparedRun> fresh = prepare_in(plan, fresh_workspace);
     LayerTensors fresh_layer = layer_tensors(p);
     fresh_layer.out = fresh_out.data();
     const double taken = median_enqueue_us(stream, 2, flags.iterations, [&](int) { run->enqueue(stream); });
