@@ -37,6 +37,7 @@ struct TraceFlags {
   ProblemFlags problem;
   int steps = 512;
   int lifetime = 1000;
+  double padding = 0.0;
   int every = 4;
   int iterations = 10;
 };
@@ -77,6 +78,7 @@ void run_trace(const TraceFlags& flags) {
   testing::DeviceSyntheticBatch batch(to_batch_spec(room, false));
   std::vector<std::int32_t> kv_len(static_cast<std::size_t>(pf.batch));
   for (std::int32_t& length : kv_len) length = new_length(rng);
+  std::vector<bool> padding(kv_len.size(), false);  // slots an engine pads with q_len tokens of KV
   const auto problem_now = [&] {
     Problem p = batch.problem();
     p.kv_len = kv_len;
@@ -105,8 +107,13 @@ void run_trace(const TraceFlags& flags) {
   double worst_l2 = 0.0;
   const double tolerance = testing::output_tolerance(first.kv.dtype);
   for (int step = 1; step <= flags.steps; ++step) {
-    for (std::int32_t& length : kv_len) {
-      length = flags.lifetime > 0 && unit(rng) * flags.lifetime < 1.0 ? new_length(rng) : length + pf.q_len;
+    for (std::size_t r = 0; r < kv_len.size(); ++r) {
+      if (flags.lifetime > 0 && unit(rng) * flags.lifetime < 1.0) {
+        padding[r] = unit(rng) < flags.padding;
+        kv_len[r] = padding[r] ? pf.q_len : new_length(rng);
+      } else if (!padding[r]) {
+        kv_len[r] += pf.q_len;
+      }
     }
     const Problem p = problem_now();
     const auto start = std::chrono::steady_clock::now();
@@ -140,9 +147,10 @@ void run_trace(const TraceFlags& flags) {
   }
   cuda_ok(cudaStreamDestroy(stream), "stream");
 
-  fmt::print("{} steps of {} requests ({} heads, q_len {}, {} KV, page {}; lengths {}-{}, replaced after ~{} steps)\n",
+  fmt::print("{} steps of {} requests ({} heads, q_len {}, {} KV, page {}; lengths {}-{}, replaced after ~{} steps, "
+             "{:.0f}% of them by padding)\n",
              flags.steps, pf.batch, pf.heads, pf.q_len, pf.kv_dtype, pf.page_size, *shortest, *longest,
-             flags.lifetime);
+             flags.lifetime, 100.0 * flags.padding);
   fmt::print("  refreshed {} ({:.1f}%), prepared anew {}\n", refreshed, 100.0 * refreshed / flags.steps, prepared);
   if (!refresh_us.empty()) fmt::print("  host per step: plan_step + refresh median {:.1f} us\n", percentile(refresh_us, 0.5));
   if (!prepare_us.empty()) fmt::print("  host per step: plan_step + prepare median {:.1f} us\n", percentile(prepare_us, 0.5));
@@ -178,6 +186,10 @@ void add_trace_command(CLI::App& app) {
                   "Mean steps before a request is replaced by one of a random length (0: never); lengths are "
                   "drawn between the smallest and largest --kv-len")
       ->capture_default_str()->check(CLI::Range(0, 1 << 30));
+  cmd->add_option("--padding", flags->padding,
+                  "Share of replaced requests that become padding (q_len tokens of KV, as an engine pads its "
+                  "batch to a captured size) until replaced in turn")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--every", flags->every, "Time and check every Nth step against a run of its own plan")
       ->capture_default_str()->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--iterations", flags->iterations, "Queued calls timed per checked step")
