@@ -29,4 +29,27 @@ std::int64_t makespan(const CostCounts& costs, std::int32_t slots, std::pmr::mem
   return finish;
 }
 
+std::optional<std::vector<std::int32_t>> reassigned_splits(std::span<const std::int32_t> kept_rows,
+                                                            std::span<const std::int32_t> kept_splits,
+                                                            std::span<const std::int32_t> rows,
+                                                            std::span<const std::int64_t> tiles) {
+  if (rows.size() != kept_rows.size() || tiles.size() != rows.size()) return std::nullopt;
+  // Row tiles by (rows, longest first), kept counts by (rows, most first):
+  // the two orders pair them up group by group.
+  std::vector<std::size_t> order(rows.size()), kept_order(rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) order[i] = kept_order[i] = i;
+  std::ranges::stable_sort(order, [&](std::size_t a, std::size_t b) {
+    return rows[a] != rows[b] ? rows[a] < rows[b] : tiles[a] > tiles[b];
+  });
+  std::ranges::stable_sort(kept_order, [&](std::size_t a, std::size_t b) {
+    return kept_rows[a] != kept_rows[b] ? kept_rows[a] < kept_rows[b] : kept_splits[a] > kept_splits[b];
+  });
+  std::vector<std::int32_t> splits(rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (rows[order[i]] != kept_rows[kept_order[i]]) return std::nullopt;
+    splits[order[i]] = kept_splits[kept_order[i]];
+  }
+  return splits;
+}
+
 }  // namespace helixmla::cuda

@@ -7,6 +7,9 @@
 #include <functional>
 #include <map>
 #include <memory_resource>
+#include <optional>
+#include <span>
+#include <vector>
 
 namespace helixmla::cuda {
 
@@ -19,6 +22,19 @@ using CostCounts = std::pmr::map<std::int64_t, std::int64_t, std::greater<>>;
 // (each item to a least-loaded slot, as the block scheduler hands out blocks
 // in launch order).
 std::int64_t makespan(const CostCounts& costs, std::int32_t slots, std::pmr::memory_resource* arena);
+
+// The split counts `kept_splits` of row tiles of `kept_rows` rows handed to
+// the row tiles of a new step (`rows`, `tiles` each): among tiles of equal
+// rows, the longest takes the most splits, as a fresh plan gives them (its
+// split count grows with the length). The items, split rows, partial
+// entries and wide rows are then those of the kept plan, so it launches
+// alike, and a request replaced by a longer one anywhere in the batch finds
+// the splits where they are needed. Empty when the row tiles differ in
+// number or rows.
+std::optional<std::vector<std::int32_t>> reassigned_splits(std::span<const std::int32_t> kept_rows,
+                                                            std::span<const std::int32_t> kept_splits,
+                                                            std::span<const std::int32_t> rows,
+                                                            std::span<const std::int64_t> tiles);
 
 // A captured run refreshed for a step whose own best plan would launch
 // differently keeps its prepared split counts (the same grid, on other

@@ -110,6 +110,7 @@ GenericWorkPlan plan_with_splits(const Problem& phase, std::vector<std::int32_t>
     plan.entries += std::int64_t{g.rows} * splits[i];
   }
   plan.group_splits = std::move(splits);
+  for (const RowGroup& g : groups) plan.group_rows.push_back(g.rows);
   plan.wide_split_rows = arrange_split_segments(plan.segments);
   // Long ranges first: the blocks that start last are the short ones, which
   // trims the tail of the grid.
@@ -152,8 +153,16 @@ std::optional<GenericWorkPlan> plan_generic_work_keeping_splits(const Problem& p
                                                                 const GenericWorkPlan& prepared) {
   std::vector<std::int32_t> bounds = token_bounds_of(phase);
   const std::vector<RowGroup> groups = row_groups_of(phase, bounds);
-  if (groups.size() != prepared.group_splits.size()) return std::nullopt;
-  return plan_with_splits(phase, std::move(bounds), groups, prepared.group_splits);
+  std::vector<std::int32_t> rows;
+  std::vector<std::int64_t> tiles;
+  for (const RowGroup& g : groups) {
+    rows.push_back(g.rows);
+    tiles.push_back(ceil_div(g.kv, kGenericTileTokens));
+  }
+  std::optional<std::vector<std::int32_t>> splits =
+      reassigned_splits(prepared.group_rows, prepared.group_splits, rows, tiles);
+  if (!splits) return std::nullopt;
+  return plan_with_splits(phase, std::move(bounds), groups, std::move(*splits));
 }
 
 std::int64_t estimated_finish(const GenericWorkPlan& plan, int sm_count) {

@@ -26,7 +26,8 @@ struct GenericWorkPlan {
   std::int64_t split_rows = 0;            // rows that go through the combine
   std::int64_t entries = 0;               // (row, split) partials
   std::int64_t wide_split_rows = 0;       // SplitCombineArgs::wide_rows
-  std::vector<std::int32_t> group_splits; // per row group, in order (request, first row)
+  std::vector<std::int32_t> group_rows;   // per row group, in order (request, first row)
+  std::vector<std::int32_t> group_splits;
 };
 
 // `phase` is a validated part (or whole single-phase batch). The plan aims
@@ -34,10 +35,10 @@ struct GenericWorkPlan {
 // them, otherwise KV ranges split evenly into tile-aligned pieces.
 GenericWorkPlan plan_generic_work(const Problem& phase, int sm_count);
 
-// The plan of `phase` with the split counts of `prepared`, row group by row
-// group, whatever their lengths now: how a captured run takes a step whose
-// own plan would launch differently. Empty when the row groups differ in
-// number.
+// The plan of `phase` with the split counts of `prepared`, handed to its row
+// groups by length (block_schedule.hpp, reassigned_splits): how a captured
+// run takes a step whose own plan would launch differently. Empty when the
+// row groups differ in number or rows.
 std::optional<GenericWorkPlan> plan_generic_work_keeping_splits(const Problem& phase,
                                                                 const GenericWorkPlan& prepared);
 

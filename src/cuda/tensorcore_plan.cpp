@@ -271,6 +271,7 @@ TensorcorePlan plan_with_splits(const PhaseInputs& in, const std::vector<Unit>& 
     plan.split_rows += u.rows;
   }
   plan.row_tile_splits = std::move(splits);
+  for (const Unit& u : units) plan.row_tile_rows.push_back(u.rows);
   plan.wide_split_rows = arrange_split_segments(plan.segments);
   // Longest first lets the block scheduler balance uneven lengths; stable, so
   // the row tiles of one request stay neighbours and share KV through L2.
@@ -311,8 +312,16 @@ std::optional<TensorcorePlan> plan_tensorcore_keeping_splits(const Problem& phas
                                                              std::int32_t parallel_blocks) {
   const PhaseInputs in = inputs_of(phase, prepared.rows_tile, parallel_blocks);
   const std::vector<Unit> units = units_of(in);
-  if (units.size() != prepared.row_tile_splits.size()) return std::nullopt;
-  return plan_with_splits(in, units, prepared.row_tile_splits);
+  std::vector<std::int32_t> rows;
+  std::vector<std::int64_t> tiles;
+  for (const Unit& u : units) {
+    rows.push_back(u.rows);
+    tiles.push_back(u.tiles());
+  }
+  std::optional<std::vector<std::int32_t>> splits =
+      reassigned_splits(prepared.row_tile_rows, prepared.row_tile_splits, rows, tiles);
+  if (!splits) return std::nullopt;
+  return plan_with_splits(in, units, std::move(*splits));
 }
 
 std::int64_t estimated_finish(const TensorcorePlan& plan, std::int32_t parallel_blocks) {

@@ -23,7 +23,8 @@ struct TensorcorePlan {
   std::int64_t entries = 0;                  // split partial entries
   std::int64_t split_rows = 0;               // rows that need the combine
   std::int64_t wide_split_rows = 0;          // SplitCombineArgs::wide_rows
-  std::vector<std::int32_t> row_tile_splits; // per row tile, in order (request, first row)
+  std::vector<std::int32_t> row_tile_rows;   // per row tile, in order (request, first row)
+  std::vector<std::int32_t> row_tile_splits;
 
   // Workspace layout (byte offsets); the first `metadata_bytes` are uploaded.
   std::size_t items_offset = 0;
@@ -42,10 +43,11 @@ struct TensorcorePlan {
 TensorcorePlan plan_tensorcore(const Problem& phase, std::int32_t rows_tile,
                                std::int32_t parallel_blocks);
 
-// The plan of `phase` with the split counts of `prepared`, row tile by row
-// tile (the same row tile size), whatever their lengths now: how a captured
-// run takes a step whose own best plan would launch differently. Empty when
-// the phase has another number of row tiles.
+// The plan of `phase` with the split counts of `prepared` (the same row tile
+// size), handed to its row tiles by length (block_schedule.hpp,
+// reassigned_splits): how a captured run takes a step whose own best plan
+// would launch differently. Empty when the phase's row tiles differ in
+// number or rows.
 std::optional<TensorcorePlan> plan_tensorcore_keeping_splits(const Problem& phase, const TensorcorePlan& prepared,
                                                              std::int32_t parallel_blocks);
 

@@ -76,6 +76,15 @@ TEST(GenericWorkPlan, KeptSplitCountsPlanAnotherStepOnThePreparedGrid) {
   EXPECT_TRUE(keeping_splits_pays(estimated_finish(*s.kept, kSms), estimated_finish(s.best, kSms)));
 }
 
+TEST(GenericWorkPlan, KeptSplitsFollowTheLongestRequestToItsSlot) {
+  const KeptStep s({130, 20001, 301});
+  ASSERT_TRUE(s.kept);
+  EXPECT_EQ(s.kept->items.size(), s.prepared.items.size());
+  EXPECT_EQ(s.kept->entries, s.prepared.entries);
+  expect_plan_covers(s.next_problem, *s.kept);
+  EXPECT_EQ(estimated_finish(*s.kept, kSms), estimated_finish(s.best, kSms));
+}
+
 TEST(GenericWorkPlan, KeptSplitsPastAShortRequestAreEmpty) {
   const KeptStep s({100, 130, 301});
   ASSERT_TRUE(s.kept);

@@ -498,8 +498,9 @@ TEST(TensorcorePlan, KeptSplitCountsPlanAnotherStepOnThePreparedGrid) {
   EXPECT_TRUE(keeping_splits_pays(estimated_finish(*s.kept, 132), estimated_finish(s.best, 132)));
 }
 
-// The long request replaced by one shorter than its split count: the kept
-// splits past its KV are empty (they start and end where it ends).
+// The long request replaced by a short one: its many splits go to the now
+// longest request (301 tokens, ten KV tiles), and those past its KV are
+// empty (they start and end where it ends).
 TEST(TensorcorePlan, KeptSplitsPastAShortRequestAreEmpty) {
   const KeptStep s({100, 130, 301});
   ASSERT_TRUE(s.kept);
@@ -508,9 +509,39 @@ TEST(TensorcorePlan, KeptSplitsPastAShortRequestAreEmpty) {
   std::int64_t empty = 0;
   for (const helixmla_tc::WorkItem& item : s.kept->items) {
     EXPECT_LE(item.kv_begin, item.kv_end);
-    empty += item.request == 0 && item.kv_begin == item.kv_end;
+    if (item.kv_begin == item.kv_end) {
+      EXPECT_EQ(item.request, 2);
+      ++empty;
+    }
   }
   EXPECT_GT(empty, 100);
+}
+
+// The long request finished and a new one as long arrived in another slot:
+// the kept split counts follow the length, so the kept plan is the fresh
+// plan's twin and finishes as soon.
+TEST(TensorcorePlan, KeptSplitsFollowTheLongestRequestToItsSlot) {
+  const KeptStep s({130, 20001, 301});
+  ASSERT_TRUE(s.kept);
+  expect_same_grid(*s.kept, s.prepared);
+  expect_plan_covers(s.next_problem, *s.kept);
+  EXPECT_EQ(s.kept->row_tile_splits[1], s.prepared.row_tile_splits[0]);
+  EXPECT_EQ(s.kept->row_tile_splits[0], s.prepared.row_tile_splits[1]);
+  EXPECT_EQ(estimated_finish(*s.kept, 132), estimated_finish(s.best, 132));
+}
+
+// Split counts change hands only among row tiles of equal rows, the
+// longest taking the most; other row counts leave nothing to keep.
+TEST(ReassignedSplits, TheLongestRowTileOfEachSizeTakesTheMostSplits) {
+  const std::vector<std::int32_t> kept_rows = {64, 64, 16, 64, 16};
+  const std::vector<std::int32_t> kept_splits = {1, 5, 3, 2, 1};
+  const std::vector<std::int64_t> tiles = {90, 10, 4, 50, 40};
+  const auto splits = reassigned_splits(kept_rows, kept_splits, kept_rows, tiles);
+  ASSERT_TRUE(splits);
+  EXPECT_EQ(*splits, (std::vector<std::int32_t>{5, 1, 1, 2, 3}));
+  const std::vector<std::int32_t> other_rows = {64, 64, 16, 16, 16};
+  EXPECT_FALSE(reassigned_splits(kept_rows, kept_splits, other_rows, tiles));
+  EXPECT_FALSE(reassigned_splits(kept_rows, kept_splits, std::span(kept_rows).first(4), std::span(tiles).first(4)));
 }
 
 TEST(TensorcorePlan, KeptSplitsAreNotWorthALongRequestInAnUnsplitSlot) {
