@@ -28,14 +28,18 @@ struct Selection {
 // Every backend compiled into this library.
 std::vector<BackendPtr> builtin_backends();
 
-// A batch validated, split into phases, a backend chosen for each and its
-// workspace measured: what workspace_bytes and prepare both need, done once
+// A batch validated, split into phases and a backend chosen for each: what
+// workspace_bytes, prepare and refresh all need, done once
 // (Runtime::plan_step). It refers to the caller's metadata (lengths, page
-// table, bounds), which must stay alive and unchanged until prepare.
+// table, bounds), which must stay alive and unchanged until prepare or
+// refresh.
 class StepPlan {
  public:
   const Selection& selection() const { return selection_; }
-  std::size_t workspace_bytes() const { return context_bytes_ + generation_bytes_; }
+  // Sizes each phase's plan; a backend remembers its last plan, so the
+  // prepare that follows does not plan again. A refresh that keeps its run's
+  // plan never asks.
+  std::size_t workspace_bytes() const;
   // Host work only, plus uploads enqueued on `stream`; the returned run's
   // enqueue is graph-capturable.
   std::unique_ptr<PreparedRun> prepare(Workspace workspace, void* stream) const;
@@ -49,13 +53,21 @@ class StepPlan {
   // old metadata (after them on `stream`).
   bool refresh(PreparedRun& run, void* stream) const;
 
+  // A phase of the step and the backend chosen for it, in phase order.
+  struct PhaseCall {
+    const Phase* phase = nullptr;
+    const Backend* backend = nullptr;
+  };
+
  private:
   friend class Runtime;
+  std::vector<PhaseCall> phase_calls() const;
+  // A phase's workspace, rounded up to the workspace alignment.
+  static std::size_t phase_bytes(const PhaseCall& call);
+
   Problem problem_;
   PhasePlan phases_;
   Selection selection_;
-  std::size_t context_bytes_ = 0;  // each rounded up to the workspace alignment
-  std::size_t generation_bytes_ = 0;
 };
 
 class Runtime {
@@ -64,8 +76,8 @@ class Runtime {
 
   // Validates the batch and chooses a backend for each of its phases.
   Selection select(const Problem& problem) const;
-  // Validation, selection and the workspace size once, for an engine that
-  // asks the size and prepares every step.
+  // Validation and selection once, for an engine that asks the workspace
+  // size and prepares, or refreshes a captured run, every step.
   StepPlan plan_step(const Problem& problem) const;
   // plan_step(problem).workspace_bytes() and .prepare(...).
   std::size_t workspace_bytes(const Problem& problem) const;

@@ -89,38 +89,42 @@ struct Candidate {
   std::int64_t bound = 0;
 };
 
-// The split chunk (in KV tiles) that finishes soonest; no split when none
-// helps. Exact finish times (the greedy placement) cost far more than the
-// bounds, most of all for mixed lengths (many distinct slot loads), so they
-// are computed in order of the bounds until no bound can beat the best
-// time: the same choice as estimating every candidate. Ties go to the
-// larger chunk (fewer splits).
-std::int64_t choose_chunk(const std::vector<Unit>& units, std::int32_t slots) {
-  if (units.empty()) return 1;
-  // (KV tiles, row tiles with that many), ascending; every candidate walks it.
+// The row tiles' KV tile counts as (tiles, row tiles with that many),
+// ascending, with their total; every candidate chunk walks it.
+struct TileHistogram {
   std::vector<std::pair<std::int64_t, std::int64_t>> units_of_tiles;
+  std::int64_t total_tiles = 0;
+  std::size_t units = 0;
+  std::int64_t longest() const { return units_of_tiles.empty() ? 0 : units_of_tiles.back().first; }
+};
+
+TileHistogram histogram_of(const std::vector<Unit>& units) {
+  TileHistogram h;
+  h.units = units.size();
   std::vector<std::int64_t> tiles_of_units;
   tiles_of_units.reserve(units.size());
   for (const Unit& u : units) tiles_of_units.push_back(u.tiles());
   std::ranges::sort(tiles_of_units);
-  std::int64_t total_tiles = 0;
   for (const std::int64_t tiles : tiles_of_units) {
-    if (units_of_tiles.empty() || units_of_tiles.back().first != tiles) units_of_tiles.emplace_back(tiles, 0);
-    ++units_of_tiles.back().second;
-    total_tiles += tiles;
+    if (h.units_of_tiles.empty() || h.units_of_tiles.back().first != tiles) h.units_of_tiles.emplace_back(tiles, 0);
+    ++h.units_of_tiles.back().second;
+    h.total_tiles += tiles;
   }
-  const std::int64_t longest = units_of_tiles.back().first;
-  std::int64_t best_chunk = std::max<std::int64_t>(longest, 1);
-  if (units.size() >= static_cast<std::size_t>(4) * slots) return best_chunk;
+  return h;
+}
 
+// The chunks worth estimating with a lower bound of each one's finish time,
+// in order of the bounds.
+std::vector<Candidate> bounded_candidates(const TileHistogram& h, std::int32_t slots) {
+  const std::int64_t longest = h.longest();
   std::vector<Candidate> candidates;
-  for (const std::int64_t chunk : chunk_candidates(longest, total_tiles, units.size(), slots)) {
+  for (const std::int64_t chunk : chunk_candidates(longest, h.total_tiles, h.units, slots)) {
     const bool split = chunk < longest;
     Candidate c{chunk, 0, 0};
     std::int64_t longest_item = 0;
     std::int64_t shortest_item = std::numeric_limits<std::int64_t>::max();
     std::int64_t load = 0;  // every item's cost, empty splits included
-    for (const auto& [tiles, count] : units_of_tiles) {
+    for (const auto& [tiles, count] : h.units_of_tiles) {
       const auto [n, per, whole] = SplitShape::under_chunk(tiles, chunk);
       c.items += n * count;
       load += (tiles + n * kItemOverheadTiles) * count;
@@ -136,7 +140,24 @@ std::int64_t choose_chunk(const std::vector<Unit>& units, std::int32_t slots) {
     candidates.push_back(c);
   }
   std::ranges::stable_sort(candidates, {}, &Candidate::bound);
+  return candidates;
+}
 
+// The split chunk (in KV tiles) that finishes soonest; no split when none
+// helps. Exact finish times (the greedy placement) cost far more than the
+// bounds, most of all for mixed lengths (many distinct slot loads), so they
+// are computed in order of the bounds until no bound can beat the best
+// time: the same choice as estimating every candidate. Ties go to the
+// larger chunk (fewer splits).
+std::int64_t choose_chunk(const std::vector<Unit>& units, std::int32_t slots) {
+  if (units.empty()) return 1;
+  const TileHistogram h = histogram_of(units);
+  const auto& units_of_tiles = h.units_of_tiles;
+  const std::int64_t longest = h.longest();
+  std::int64_t best_chunk = std::max<std::int64_t>(longest, 1);
+  if (units.size() >= static_cast<std::size_t>(4) * slots) return best_chunk;
+
+  const std::vector<Candidate> candidates = bounded_candidates(h, slots);
   std::int64_t best_time = -1;
   for (const Candidate& c : candidates) {
     if (best_time >= 0 && c.bound > best_time) break;
@@ -322,6 +343,12 @@ std::optional<TensorcorePlan> plan_tensorcore_keeping_splits(const Problem& phas
       reassigned_splits(prepared.row_tile_rows, prepared.row_tile_splits, rows, tiles);
   if (!splits) return std::nullopt;
   return plan_with_splits(in, units, std::move(*splits));
+}
+
+std::int64_t finish_lower_bound(const Problem& phase, std::int32_t rows_tile, std::int32_t parallel_blocks) {
+  const std::vector<Unit> units = units_of(inputs_of(phase, rows_tile, parallel_blocks));
+  const std::vector<Candidate> candidates = bounded_candidates(histogram_of(units), std::max(parallel_blocks, 1));
+  return candidates.empty() ? 0 : candidates.front().bound;
 }
 
 std::int64_t estimated_finish(const TensorcorePlan& plan, std::int32_t parallel_blocks) {

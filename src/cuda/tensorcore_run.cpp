@@ -163,16 +163,23 @@ class TensorcoreRun final : public LayerBoundRun {
   }
 
  private:
-  // A step's own best plan when it launches as the prepared one; else the
-  // run's split counts kept for it, when they launch alike and keeping them
-  // pays (block_schedule.hpp). Null when neither does.
+  // The run's split counts kept for a step (handed to its row tiles by
+  // length), when they launch alike and keeping them pays against a bound
+  // no plan beats, which skips the split search; else the step's own best
+  // plan when it launches as the prepared one; else the kept counts when
+  // keeping them pays against that plan (block_schedule.hpp). Null when
+  // none does.
   std::shared_ptr<const TensorcorePlan> plan_to_take(const Problem& next) const {
     const std::int32_t slots = parallel_blocks(next, variant_);
+    std::optional<TensorcorePlan> kept = plan_tensorcore_keeping_splits(next, *plan_, slots);
+    if (kept && !launches_alike(next, *kept)) kept.reset();
+    const std::int64_t kept_finish = kept ? estimated_finish(*kept, slots) : 0;
+    if (kept && keeping_splits_pays(kept_finish, finish_lower_bound(next, variant_.rows, slots))) {
+      return std::make_shared<const TensorcorePlan>(std::move(*kept));
+    }
     std::shared_ptr<const TensorcorePlan> best = tensorcore_plan_for(next, variant_.rows, slots);
     if (launches_alike(next, *best)) return best;
-    std::optional<TensorcorePlan> kept = plan_tensorcore_keeping_splits(next, *plan_, slots);
-    if (!kept || !launches_alike(next, *kept)) return nullptr;
-    if (!keeping_splits_pays(estimated_finish(*kept, slots), estimated_finish(*best, slots))) return nullptr;
+    if (!kept || !keeping_splits_pays(kept_finish, estimated_finish(*best, slots))) return nullptr;
     return std::make_shared<const TensorcorePlan>(std::move(*kept));
   }
   bool launches_alike(const Problem& next, const TensorcorePlan& plan) const {

@@ -3,7 +3,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
-#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "core/shipped_data.hpp"
 #include "helixmla/error.hpp"
@@ -69,12 +70,7 @@ class CompositeRun final : public PreparedRun {
   // backends at the same token offsets (a captured enqueue baked each
   // phase's tensor offsets in) and every phase's run can take its part;
   // all or nothing.
-  bool refresh_to(const Problem& next, const PhasePlan& plan, const Selection& selection, void* stream) {
-    std::vector<std::pair<const Phase*, const Backend*>> parts;
-    for (const auto& [phase, decision] :
-         {std::pair{&plan.context, &selection.context}, std::pair{&plan.generation, &selection.generation}}) {
-      if (*phase) parts.emplace_back(&**phase, (*decision)->backend.get());
-    }
+  bool refresh_to(const Problem& next, const std::vector<StepPlan::PhaseCall>& parts, void* stream) {
     if (parts.size() != phases_.size() || next.dims != shape_.dims || next.num_heads != shape_.num_heads ||
         next.q_dtype != shape_.q_dtype || next.out_dtype != shape_.out_dtype ||
         next.stats.present() != shape_.stats.present()) {
@@ -136,14 +132,26 @@ StepPlan Runtime::plan_step(const Problem& problem) const {
   step.problem_ = problem;
   step.phases_ = plan_phases(problem);
   step.selection_ = select_phases(step.phases_, problem);
-  if (step.phases_.context) {
-    step.context_bytes_ = align_up(step.selection_.context->backend->workspace_bytes(step.phases_.context->problem));
-  }
-  if (step.phases_.generation) {
-    step.generation_bytes_ =
-        align_up(step.selection_.generation->backend->workspace_bytes(step.phases_.generation->problem));
-  }
   return step;
+}
+
+std::vector<StepPlan::PhaseCall> StepPlan::phase_calls() const {
+  std::vector<PhaseCall> calls;
+  for (const auto& [phase, decision] :
+       {std::pair{&phases_.context, &selection_.context}, std::pair{&phases_.generation, &selection_.generation}}) {
+    if (*phase) calls.push_back({&**phase, (*decision)->backend.get()});
+  }
+  return calls;
+}
+
+std::size_t StepPlan::phase_bytes(const PhaseCall& call) {
+  return align_up(call.backend->workspace_bytes(call.phase->problem));
+}
+
+std::size_t StepPlan::workspace_bytes() const {
+  std::size_t bytes = 0;
+  for (const PhaseCall& call : phase_calls()) bytes += phase_bytes(call);
+  return bytes;
 }
 
 std::size_t Runtime::workspace_bytes(const Problem& problem) const { return plan_step(problem).workspace_bytes(); }
@@ -155,31 +163,32 @@ std::unique_ptr<PreparedRun> Runtime::prepare(const Problem& problem, Workspace 
 
 bool StepPlan::refresh(PreparedRun& run, void* stream) const {
   auto* composite = dynamic_cast<CompositeRun*>(&run);
-  return composite != nullptr && composite->refresh_to(problem_, phases_, selection_, stream);
+  return composite != nullptr && composite->refresh_to(problem_, phase_calls(), stream);
 }
 
 std::unique_ptr<PreparedRun> StepPlan::prepare(Workspace workspace, void* stream) const {
-  if (workspace.data && workspace.bytes < workspace_bytes()) {
+  const std::vector<PhaseCall> calls = phase_calls();
+  std::vector<std::size_t> bytes;
+  std::size_t total = 0;
+  for (const PhaseCall& call : calls) total += bytes.emplace_back(phase_bytes(call));
+  if (workspace.data && workspace.bytes < total) {
     throw InvalidArgument("workspace.bytes", -1, std::to_string(workspace.bytes),
-                          "smaller than workspace_bytes() of this batch (" + std::to_string(workspace_bytes()) + ")");
+                          "smaller than workspace_bytes() of this batch (" + std::to_string(total) + ")");
   }
   auto composite = std::make_unique<CompositeRun>(problem_);
   auto* cursor = static_cast<unsigned char*>(workspace.data);
-  for (const auto& [phase, decision, bytes] :
-       {std::tuple{&phases_.context, &selection_.context, context_bytes_},
-        std::tuple{&phases_.generation, &selection_.generation, generation_bytes_}}) {
-    if (!*phase) continue;
-    const Backend& backend = *(*decision)->backend;
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    const Backend& backend = *calls[i].backend;
     if (!backend.executable()) {
       throw NoCapableBackend("backend " + std::string(backend.name()) +
                              " is described by a profile and cannot be executed");
     }
     Workspace part;
     if (cursor) {
-      part = {cursor, bytes};
-      cursor += bytes;
+      part = {cursor, bytes[i]};
+      cursor += bytes[i];
     }
-    composite->add(backend.prepare((*phase)->problem, part, stream), &backend, **phase);
+    composite->add(backend.prepare(calls[i].phase->problem, part, stream), &backend, *calls[i].phase);
   }
   return composite;
 }

@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <map>
 #include <optional>
+#include <random>
 #include <set>
 #include <tuple>
 #include <vector>
@@ -528,6 +530,28 @@ TEST(TensorcorePlan, KeptSplitsFollowTheLongestRequestToItsSlot) {
   EXPECT_EQ(s.kept->row_tile_splits[1], s.prepared.row_tile_splits[0]);
   EXPECT_EQ(s.kept->row_tile_splits[0], s.prepared.row_tile_splits[1]);
   EXPECT_EQ(estimated_finish(*s.kept, 132), estimated_finish(s.best, 132));
+}
+
+// The bound a refresh checks kept split counts against before (instead of)
+// searching: never above the searched plan's estimate, and close to it.
+TEST(TensorcorePlan, TheFinishLowerBoundIsAtMostTheSearchedPlansEstimate) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 60; ++trial) {
+    testing::BatchSpec spec = decode_metadata(std::array{16, 48, 128}[trial % 3], 1 + trial % 97, 0);
+    spec.q_len = 1 + trial % 2;
+    spec.kv_len.clear();
+    std::uniform_int_distribution<std::int32_t> length(1, trial % 4 == 0 ? 200000 : 20000);
+    for (std::int32_t r = 0; r < spec.generations; ++r) spec.kv_len.push_back(length(rng));
+    testing::SyntheticBatch batch(spec);
+    const Problem p = batch.problem();
+    for (const std::int32_t slots : {132, 264}) {
+      const std::int64_t bound = finish_lower_bound(p, 64, slots);
+      const std::int64_t searched = estimated_finish(plan_tensorcore(p, 64, slots), slots);
+      EXPECT_GT(bound, 0) << trial;
+      EXPECT_LE(bound, searched) << trial << " on " << slots << " slots";
+      EXPECT_GE(bound * 2, searched) << trial << " on " << slots << " slots";
+    }
+  }
 }
 
 // Split counts change hands only among row tiles of equal rows, the
