@@ -95,7 +95,8 @@ void run_trace(const TraceFlags& flags) {
   // a step that needs more: a refreshed run keeps the one it was given.
   testing::DeviceBuffer workspace, fresh_workspace;
   const auto prepare_in = [&](const StepPlan& plan, testing::DeviceBuffer& buffer) {
-    if (buffer.bytes() < plan.workspace_bytes()) buffer = testing::DeviceBuffer(2 * plan.workspace_bytes());
+    const std::size_t needed = plan.workspace_bytes();
+    if (buffer.bytes() < needed) buffer = testing::DeviceBuffer(2 * needed);
     return plan.prepare({buffer.data(), buffer.bytes()}, stream);
   };
   const std::int64_t out_values = first.num_tokens() * first.num_heads * first.dims.kv_lora_rank;
@@ -199,6 +200,12 @@ void add_trace_command(CLI::App& app) {
       throw CLI::ValidationError("--contexts", "trace runs decode steps: generations only");
     }
     if (flags->problem.batch < 1) throw CLI::ValidationError("--batch", "trace needs at least one generation");
+    const std::int32_t shortest = *std::min_element(flags->problem.kv_len.begin(), flags->problem.kv_len.end());
+    if (shortest < flags->problem.q_len) {
+      throw CLI::ValidationError("--kv-len", "the shortest length " + std::to_string(shortest) +
+                                                 " is below --q-len " + std::to_string(flags->problem.q_len) +
+                                                 ": new tokens are part of the KV");
+    }
 #if defined(HELIXMLA_WITH_CUDA)
     run_trace(*flags);
 #else

@@ -106,12 +106,15 @@ class PreparedRun {
   // (StepPlan::refresh). When `next` (this run's phase of the next step) can
   // launch exactly as the prepared phase does (same kernels, grid sizes and
   // workspace layout, so every captured launch stays valid), returns the
-  // step that takes it: called with a stream, it rewrites the run's metadata
-  // in place, uploaded on that stream, outside any capture. Otherwise, and
-  // for runs that cannot refresh, returns an empty function; asking changes
-  // nothing. The CUDA runs keep their split counts for a `next` whose own
-  // best plan would launch differently when the kept ones are estimated to
-  // finish within 1/32 of it (src/cuda/block_schedule.hpp).
+  // step that takes it: called once with a stream, it rewrites the run's
+  // metadata in place, uploaded on that stream, outside any capture.
+  // Otherwise, and for runs that cannot refresh, returns an empty function;
+  // asking changes nothing. The step refers to this run and to `next`'s
+  // metadata, which must outlive the call, and holds only until the run is
+  // refreshed otherwise. The CUDA runs may keep their split counts for
+  // `next` (handed to its row tiles by length) instead of its own best plan
+  // when they launch alike and are estimated to finish within 1/32 of it
+  // (src/cuda/block_schedule.hpp).
   using Refresh = std::function<void(void* stream)>;
   virtual Refresh plan_refresh(const Problem& next);
 };

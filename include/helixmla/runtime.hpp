@@ -31,14 +31,13 @@ std::vector<BackendPtr> builtin_backends();
 // A batch validated, split into phases and a backend chosen for each: what
 // workspace_bytes, prepare and refresh all need, done once
 // (Runtime::plan_step). It refers to the caller's metadata (lengths, page
-// table, bounds), which must stay alive and unchanged until prepare or
-// refresh.
+// table, bounds), which must stay alive and unchanged until its last use.
 class StepPlan {
  public:
   const Selection& selection() const { return selection_; }
-  // Sizes each phase's plan; a backend remembers its last plan, so the
-  // prepare that follows does not plan again. A refresh that keeps its run's
-  // plan never asks.
+  // Plans each phase to size it (the tensor-core backend remembers its
+  // last plan per thread, so a prepare right after does not search again).
+  // A refresh does not ask.
   std::size_t workspace_bytes() const;
   // Host work only, plus uploads enqueued on `stream`; the returned run's
   // enqueue is graph-capturable.
@@ -53,14 +52,13 @@ class StepPlan {
   // old metadata (after them on `stream`).
   bool refresh(PreparedRun& run, void* stream) const;
 
+ private:
+  friend class Runtime;
   // A phase of the step and the backend chosen for it, in phase order.
   struct PhaseCall {
     const Phase* phase = nullptr;
     const Backend* backend = nullptr;
   };
-
- private:
-  friend class Runtime;
   std::vector<PhaseCall> phase_calls() const;
   // A phase's workspace, rounded up to the workspace alignment.
   static std::size_t phase_bytes(const PhaseCall& call);

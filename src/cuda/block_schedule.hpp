@@ -26,23 +26,22 @@ std::int64_t makespan(const CostCounts& costs, std::int32_t slots, std::pmr::mem
 // The split counts `kept_splits` of row tiles of `kept_rows` rows handed to
 // the row tiles of a new step (`rows`, `tiles` each): among tiles of equal
 // rows, the longest takes the most splits, as a fresh plan gives them (its
-// split count grows with the length). The items, split rows, partial
-// entries and wide rows are then those of the kept plan, so it launches
-// alike, and a request replaced by a longer one anywhere in the batch finds
-// the splits where they are needed. Empty when the row tiles differ in
-// number or rows.
+// split count grows with the length). The item, split-row, partial-entry
+// and wide-row counts are then those of the kept plan (the page table, the
+// bounds and the workspace still have to match: callers compare the whole
+// launch), and a request replaced by a longer one anywhere in the batch
+// finds the splits where they are needed. Empty when the row tiles differ
+// in number or rows.
 std::optional<std::vector<std::int32_t>> reassigned_splits(std::span<const std::int32_t> kept_rows,
                                                             std::span<const std::int32_t> kept_splits,
                                                             std::span<const std::int32_t> rows,
                                                             std::span<const std::int64_t> tiles);
 
-// A captured run refreshed for a step whose own best plan would launch
-// differently keeps its prepared split counts (the same grid, on other
-// lengths) when they are estimated to finish within 1/32 of that plan: an
-// engine would rather replay its graph a little slower than prepare and
-// capture again. On simulated decode traces with requests replaced as they
-// finish (docs/NOTES.md) this refreshes all but one step in ~70, at 0.3-0.4%
-// estimated cost; a slack of 1/8 all but one in ~200 at 3-4%.
+// A captured run refreshed for a step keeps its split counts (the same
+// grid, on other lengths) when they are estimated to finish within 1/32 of
+// the step's own plan: an engine would rather replay its graph a little
+// slower than prepare and capture again. Why 1/32 and what it costs on
+// decode traces: bench/RESULTS.md, session 20.
 inline bool keeping_splits_pays(std::int64_t kept_finish, std::int64_t best_finish) {
   return kept_finish * 32 <= best_finish * 33;
 }

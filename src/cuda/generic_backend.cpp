@@ -192,11 +192,11 @@ class GenericRun final : public LayerBoundRun {
     }
     std::optional<GenericLaunch> taken = launch_to_take(next);
     if (!taken) return {};
-    return [this, next, g = std::move(*taken)](void* stream) mutable {
+    return [this, next, g = std::move(*taken)](void* stream) {
       DeviceGuard guard(device_);
       refuse_capturing_stream(static_cast<cudaStream_t>(stream));
       upload_metadata(memory_, g, next, base_, stream);
-      launch_ = std::move(g);
+      launch_ = g;
       set_prepared(layer_tensors(next));
     };
   }

@@ -5,7 +5,6 @@
 #include <cstddef>
 #include <functional>
 #include <limits>
-#include <map>
 #include <memory_resource>
 #include <optional>
 #include <ranges>

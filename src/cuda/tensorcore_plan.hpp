@@ -57,9 +57,10 @@ std::optional<TensorcorePlan> plan_tensorcore_keeping_splits(const Problem& phas
 // one phase.
 std::int64_t estimated_finish(const TensorcorePlan& plan, std::int32_t parallel_blocks);
 
-// A finish time no plan of `phase` beats by that estimate (the split
-// search's cheap bounds, without its exact placements): enough to tell
-// that kept split counts are close to the best without searching.
+// A finish time no plan the split search considers for `phase` beats by
+// that estimate (its candidates' cheap bounds, without their exact
+// placements): enough to tell that kept split counts are within reach of
+// the searched plan without searching.
 std::int64_t finish_lower_bound(const Problem& phase, std::int32_t rows_tile, std::int32_t parallel_blocks);
 
 // plan_tensorcore, remembered per thread: an engine sizes the workspace and

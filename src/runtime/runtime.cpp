@@ -70,7 +70,8 @@ class CompositeRun final : public PreparedRun {
   // backends at the same token offsets (a captured enqueue baked each
   // phase's tensor offsets in) and every phase's run can take its part;
   // all or nothing.
-  bool refresh_to(const Problem& next, const std::vector<StepPlan::PhaseCall>& parts, void* stream) {
+  bool refresh_to(const Problem& next, const std::vector<std::pair<const Phase*, const Backend*>>& parts,
+                  void* stream) {
     if (parts.size() != phases_.size() || next.dims != shape_.dims || next.num_heads != shape_.num_heads ||
         next.q_dtype != shape_.q_dtype || next.out_dtype != shape_.out_dtype ||
         next.stats.present() != shape_.stats.present()) {
@@ -163,7 +164,10 @@ std::unique_ptr<PreparedRun> Runtime::prepare(const Problem& problem, Workspace 
 
 bool StepPlan::refresh(PreparedRun& run, void* stream) const {
   auto* composite = dynamic_cast<CompositeRun*>(&run);
-  return composite != nullptr && composite->refresh_to(problem_, phase_calls(), stream);
+  if (composite == nullptr) return false;
+  std::vector<std::pair<const Phase*, const Backend*>> parts;
+  for (const PhaseCall& call : phase_calls()) parts.emplace_back(call.phase, call.backend);
+  return composite->refresh_to(problem_, parts, stream);
 }
 
 std::unique_ptr<PreparedRun> StepPlan::prepare(Workspace workspace, void* stream) const {

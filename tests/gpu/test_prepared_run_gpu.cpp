@@ -188,8 +188,10 @@ TEST(PreparedRunGpu, PrepareOnACapturingStreamIsRefused) {
 // and another page table). Without the refresh the replay would read the
 // next step's pool through the old page table. Then a step whose long
 // request was replaced by a slightly shorter one, whose own plan has other
-// split counts: the run keeps its counts (the same grid) and the same graph
-// replays it. A step whose launches differ beyond that (a much longer
+// split counts (on 132 SMs, an H200's, the tensor-core plan has 128 items
+// against the prepared 129, and TensorcorePlan.KeptSplitCounts* checks the
+// same shapes on the host): the run keeps its counts (the same grid) and
+// the same graph replays it. A step whose launches differ beyond that (a much longer
 // request: another page-table width) is refused.
 TEST(PreparedRunGpu, ARefreshedRunReplaysTheNextStepsFromItsGraph) {
   const auto runtimes = cuda_runtimes();

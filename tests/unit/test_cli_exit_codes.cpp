@@ -223,6 +223,7 @@ TEST_F(Cli, TraceChecksItsFlagsBeforeWorking) {
   expect_refused("trace --batch 0", "--batch");
   expect_refused("trace --steps 0", "--steps");
   expect_refused("trace --every 0", "--every");
+  expect_refused("trace --kv-len 1,4096 --q-len 2", "--kv-len");
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <utility>
@@ -66,6 +67,7 @@ struct KeptStep {
 
 TEST(GenericWorkPlan, KeptSplitCountsPlanAnotherStepOnThePreparedGrid) {
   const KeptStep s({19969, 131, 302});
+  ASSERT_NE(s.best.group_splits, s.prepared.group_splits) << "the step's own plan launches alike";
   ASSERT_TRUE(s.kept);
   EXPECT_EQ(s.kept->group_splits, s.prepared.group_splits);
   EXPECT_EQ(s.kept->items.size(), s.prepared.items.size());
@@ -85,11 +87,21 @@ TEST(GenericWorkPlan, KeptSplitsFollowTheLongestRequestToItsSlot) {
   EXPECT_EQ(estimated_finish(*s.kept, kSms), estimated_finish(s.best, kSms));
 }
 
+// The long request replaced by a short one: its splits go to the now
+// longest request, whose four KV tiles leave most of them empty.
 TEST(GenericWorkPlan, KeptSplitsPastAShortRequestAreEmpty) {
   const KeptStep s({100, 130, 301});
   ASSERT_TRUE(s.kept);
   EXPECT_EQ(s.kept->items.size(), s.prepared.items.size());
   expect_plan_covers(s.next_problem, *s.kept);
+  std::int64_t empty = 0;
+  for (const GenericWorkItem& item : s.kept->items) {
+    if (item.kv_begin == item.kv_end) {
+      EXPECT_EQ(item.request, 2);
+      ++empty;
+    }
+  }
+  EXPECT_GT(empty, 50);
 }
 
 TEST(GenericWorkPlan, KeptSplitsAreNotWorthALongRequestInAnUnsplitSlot) {

@@ -12,6 +12,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <span>
 #include <tuple>
 #include <vector>
 
