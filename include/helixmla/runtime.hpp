@@ -32,12 +32,12 @@ std::vector<BackendPtr> builtin_backends();
 // workspace_bytes, prepare and refresh all need, done once
 // (Runtime::plan_step). It refers to the caller's metadata (lengths, page
 // table, bounds), which must stay alive and unchanged until its last use.
+// One thread at a time: it sizes its phases on first use.
 class StepPlan {
  public:
   const Selection& selection() const { return selection_; }
-  // Plans each phase to size it (the tensor-core backend remembers its
-  // last plan per thread, so a prepare right after does not search again).
-  // A refresh does not ask.
+  // Each phase's size, asked of its backend once per StepPlan (the first
+  // call here or in prepare); a refresh does not ask.
   std::size_t workspace_bytes() const;
   // Host work only, plus uploads enqueued on `stream`; the returned run's
   // enqueue is graph-capturable.
@@ -60,12 +60,14 @@ class StepPlan {
     const Backend* backend = nullptr;
   };
   std::vector<PhaseCall> phase_calls() const;
-  // A phase's workspace, rounded up to the workspace alignment.
-  static std::size_t phase_bytes(const PhaseCall& call);
+  // Each phase's workspace in phase order, rounded up to the workspace
+  // alignment; sized on first use.
+  const std::vector<std::size_t>& phase_bytes() const;
 
   Problem problem_;
   PhasePlan phases_;
   Selection selection_;
+  mutable std::vector<std::size_t> phase_bytes_;  // empty until sized
 };
 
 class Runtime {

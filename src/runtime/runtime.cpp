@@ -145,13 +145,18 @@ std::vector<StepPlan::PhaseCall> StepPlan::phase_calls() const {
   return calls;
 }
 
-std::size_t StepPlan::phase_bytes(const PhaseCall& call) {
-  return align_up(call.backend->workspace_bytes(call.phase->problem));
+const std::vector<std::size_t>& StepPlan::phase_bytes() const {
+  if (phase_bytes_.empty()) {
+    for (const PhaseCall& call : phase_calls()) {
+      phase_bytes_.push_back(align_up(call.backend->workspace_bytes(call.phase->problem)));
+    }
+  }
+  return phase_bytes_;
 }
 
 std::size_t StepPlan::workspace_bytes() const {
   std::size_t bytes = 0;
-  for (const PhaseCall& call : phase_calls()) bytes += phase_bytes(call);
+  for (const std::size_t phase : phase_bytes()) bytes += phase;
   return bytes;
 }
 
@@ -172,9 +177,8 @@ bool StepPlan::refresh(PreparedRun& run, void* stream) const {
 
 std::unique_ptr<PreparedRun> StepPlan::prepare(Workspace workspace, void* stream) const {
   const std::vector<PhaseCall> calls = phase_calls();
-  std::vector<std::size_t> bytes;
-  std::size_t total = 0;
-  for (const PhaseCall& call : calls) total += bytes.emplace_back(phase_bytes(call));
+  const std::vector<std::size_t>& bytes = phase_bytes();
+  const std::size_t total = workspace_bytes();
   if (workspace.data && workspace.bytes < total) {
     throw InvalidArgument("workspace.bytes", -1, std::to_string(workspace.bytes),
                           "smaller than workspace_bytes() of this batch (" + std::to_string(total) + ")");

@@ -39,6 +39,7 @@ class WorkspaceRecorder final : public Backend {
   Verdict check(const PhaseShape&) const override { return Verdict::yes(); }
   const KernelCatalog& catalog() const override { return catalog_; }
   std::size_t workspace_bytes(const Problem& phase) const override {
+    ++sized;
     return kBytesPerRequest * static_cast<std::size_t>(phase.num_requests());
   }
   std::unique_ptr<PreparedRun> prepare(const Problem& phase, Workspace workspace, void*) const override {
@@ -56,6 +57,7 @@ class WorkspaceRecorder final : public Backend {
   }
 
   mutable std::vector<Workspace> given;
+  mutable int sized = 0;  // workspace_bytes calls
 
  private:
   AnyShape catalog_;
@@ -98,6 +100,19 @@ TEST(StepPlan, OnePlanAnswersTheSizeAndCarvesTheWorkspaceByPhase) {
 
   run->enqueue(nullptr);
   expect_matches_naive(batch, "prepared from the step plan");
+}
+
+// An engine asks the size, then prepares: each phase is sized (planned, for
+// the CUDA backends) once between the two.
+TEST(StepPlan, EachPhaseIsSizedOncePerStep) {
+  Fixture f;
+  testing::SyntheticBatch batch(small_mixed_spec());
+  const StepPlan step = f.runtime.plan_step(batch.problem());
+  EXPECT_EQ(f.backend->sized, 0);
+  std::vector<std::byte> workspace(step.workspace_bytes());
+  EXPECT_EQ(step.workspace_bytes(), workspace.size());
+  step.prepare({workspace.data(), workspace.size()}, nullptr);
+  EXPECT_EQ(f.backend->sized, 2);
 }
 
 TEST(StepPlan, ATooSmallWorkspaceIsRefusedBeforeAnyPhaseIsPrepared) {
