@@ -170,9 +170,7 @@ void upload_metadata(RunMemory& memory, const GenericLaunch& g, const Problem& p
 class GenericRun final : public LayerBoundRun {
  public:
   explicit GenericRun(const Problem& phase)
-      : LayerBoundRun(layer_tensors(phase), kAlignment),
-        device_(phase.location.device),
-        softmax_scale_(phase.softmax_scale) {}
+      : LayerBoundRun(phase, kAlignment) {}
 
   // The workspace (the caller's, or the run's own of `bytes`) and the
   // planned launch of `phase` placed there, its metadata uploaded.
@@ -184,24 +182,16 @@ class GenericRun final : public LayerBoundRun {
     upload_metadata(memory_, launch_, phase, base_, stream);
   }
 
-  Refresh plan_refresh(const Problem& next) override {
-    require_tensor_alignment(layer_tensors(next), kAlignment, false);
-    if (next.location.kind != Location::Kind::cuda || next.location.device != device_ ||
-        next.softmax_scale != softmax_scale_) {
-      return {};
-    }
+ private:
+  Refresh take_metadata(const Problem& next) override {
     std::optional<GenericLaunch> taken = launch_to_take(next);
     if (!taken) return {};
     return [this, next, g = std::move(*taken)](void* stream) {
-      DeviceGuard guard(device_);
-      refuse_capturing_stream(static_cast<cudaStream_t>(stream));
       upload_metadata(memory_, g, next, base_, stream);
       launch_ = g;
-      set_prepared(layer_tensors(next));
     };
   }
 
- private:
   // A step's own plan when it launches as the prepared one; else the run's
   // split counts kept for it, when they launch alike and keeping them pays
   // (block_schedule.hpp).
@@ -211,7 +201,7 @@ class GenericRun final : public LayerBoundRun {
     std::optional<GenericWorkPlan> kept = plan_generic_work_keeping_splits(next, launch_.plan);
     if (!kept) return std::nullopt;
     GenericLaunch k = generic_launch_of(next, std::move(*kept), base_);
-    const int sms = device_sm_count(device_);
+    const int sms = device_sm_count(device());
     if (!launches_alike(k) ||
         !keeping_splits_pays(estimated_finish(k.plan, sms), estimated_finish(best.plan, sms))) {
       return std::nullopt;
@@ -223,14 +213,14 @@ class GenericRun final : public LayerBoundRun {
   }
 
   void launch(const LayerTensors& layer, void* stream) const override {
-    DeviceGuard guard(device_);
+    DeviceGuard guard(device());
     const auto s = static_cast<cudaStream_t>(stream);
     GenericKernelParams params = launch_.params;
     params.q = layer.q;
     params.out = layer.out;
     params.stats = layer.stats;
     params.pool = layer.kv_pool;
-    params.score_scale = softmax_scale_ * layer.kv_scale * static_cast<float>(M_LOG2E);
+    params.score_scale = softmax_scale() * layer.kv_scale * static_cast<float>(M_LOG2E);
     params.value_scale = layer.kv_scale;
     SplitCombineArgs combine = launch_.combine;
     combine.out = layer.out;
@@ -239,8 +229,6 @@ class GenericRun final : public LayerBoundRun {
     launch_split_combine(combine, s);
   }
 
-  int device_;
-  float softmax_scale_;
   unsigned char* base_ = nullptr;
   std::size_t capacity_ = 0;
   GenericLaunch launch_;

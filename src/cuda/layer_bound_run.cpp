@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "cuda/capture_check.hpp"
+#include "cuda/device_guard.hpp"
 #include "helixmla/error.hpp"
 #include "helixmla/validate.hpp"
 
@@ -21,6 +23,22 @@ void require_tensor_alignment(const LayerTensors& layer, const TensorAlignment& 
   require_alignment(as_layer ? "layer.kv_pool" : "kv.pool", layer.kv_pool, need.kv_pool, need.backend);
   require_alignment(as_layer ? "layer.out" : "out", layer.out, need.out, need.backend);
   if (layer.stats) require_alignment(as_layer ? "layer.stats" : "stats.data", layer.stats, need.stats, need.backend);
+}
+
+PreparedRun::Refresh LayerBoundRun::plan_refresh(const Problem& next) {
+  require_tensor_alignment(layer_tensors(next), need_, false);
+  if (next.location.kind != Location::Kind::cuda || next.location.device != device_ ||
+      next.softmax_scale != softmax_scale_) {
+    return {};
+  }
+  Refresh upload = take_metadata(next);
+  if (!upload) return {};
+  return [this, next, upload = std::move(upload)](void* stream) {
+    DeviceGuard guard(device_);
+    refuse_capturing_stream(static_cast<cudaStream_t>(stream));
+    upload(stream);
+    prepared_ = layer_tensors(next);
+  };
 }
 
 void LayerBoundRun::enqueue(const LayerTensors& layer, void* stream) {

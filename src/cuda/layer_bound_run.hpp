@@ -25,20 +25,33 @@ void require_tensor_alignment(const LayerTensors& layer, const TensorAlignment& 
 
 class LayerBoundRun : public PreparedRun {
  public:
-  // `prepared`: the Problem's tensors, whose alignment prepare has checked.
-  LayerBoundRun(const LayerTensors& prepared, const TensorAlignment& need) : prepared_(prepared), need_(need) {}
+  // `phase`: the prepared phase, whose tensors' alignment prepare has checked.
+  LayerBoundRun(const Problem& phase, const TensorAlignment& need)
+      : prepared_(layer_tensors(phase)), need_(need), device_(phase.location.device),
+        softmax_scale_(phase.softmax_scale) {}
   void enqueue(void* stream) final { launch(prepared_, stream); }
   void enqueue(const LayerTensors& layer, void* stream) final;
+  // A `next` on the run's device with its softmax scale and aligned tensors,
+  // whose metadata the backend can take (take_metadata); the step runs on
+  // the run's device, refuses a capturing stream, and makes `next`'s
+  // tensors the run's own.
+  Refresh plan_refresh(const Problem& next) final;
 
  protected:
-  // A refreshed run's own tensors become those of its new step.
-  void set_prepared(const LayerTensors& prepared) { prepared_ = prepared; }
+  int device() const { return device_; }
+  float softmax_scale() const { return softmax_scale_; }
 
  private:
   virtual void launch(const LayerTensors& layer, void* stream) const = 0;
+  // The backend's part of a refresh: the upload of `next`'s metadata into
+  // the run's workspace (and whatever the run keeps of its plan), or empty
+  // when `next` would launch otherwise.
+  virtual Refresh take_metadata(const Problem& next) = 0;
 
   LayerTensors prepared_;
   TensorAlignment need_;
+  int device_;
+  float softmax_scale_;
 };
 
 }  // namespace helixmla::cuda

@@ -128,9 +128,7 @@ std::int32_t parallel_blocks(const Problem& phase, const TensorcoreVariant& vari
 class TensorcoreRun final : public LayerBoundRun {
  public:
   TensorcoreRun(const Problem& phase, const TensorcoreVariant& variant, Kernel kernel)
-      : LayerBoundRun(layer_tensors(phase), kAlignment),
-        device_(phase.location.device),
-        softmax_scale_(phase.softmax_scale),
+      : LayerBoundRun(phase, kAlignment),
         variant_(variant),
         kernel_(kernel) {}
 
@@ -145,24 +143,17 @@ class TensorcoreRun final : public LayerBoundRun {
     plan_ = std::move(plan);
   }
 
-  Refresh plan_refresh(const Problem& next) override {
-    require_tensor_alignment(layer_tensors(next), kAlignment, false);
-    if (next.location.kind != Location::Kind::cuda || next.location.device != device_ ||
-        next.softmax_scale != softmax_scale_ || tensorcore_variant_of(next) != variant_) {
-      return {};
-    }
+ private:
+  Refresh take_metadata(const Problem& next) override {
+    if (tensorcore_variant_of(next) != variant_) return {};
     std::shared_ptr<const TensorcorePlan> plan = plan_to_take(next);
     if (!plan) return {};
     return [this, next, plan = std::move(plan)](void* stream) {
-      DeviceGuard guard(device_);
-      refuse_capturing_stream(static_cast<cudaStream_t>(stream));
       upload_metadata(memory_, *plan, next, base_, stream);
       plan_ = plan;
-      set_prepared(layer_tensors(next));
     };
   }
 
- private:
   // The run's split counts kept for a step (handed to its row tiles by
   // length), when they launch alike and keeping them pays against a bound
   // no plan beats, which skips the split search; else the step's own best
@@ -187,7 +178,7 @@ class TensorcoreRun final : public LayerBoundRun {
   }
 
   void launch(const LayerTensors& layer, void* stream) const override {
-    DeviceGuard guard(device_);
+    DeviceGuard guard(device());
     auto s = static_cast<cudaStream_t>(stream);
     helixmla_tc::Params params = launch_.params;
     params.q = layer.q;
@@ -195,7 +186,7 @@ class TensorcoreRun final : public LayerBoundRun {
     params.stats = layer.stats;
     params.pool = layer.kv_pool;
     const double kv_scale = layer.kv_scale;  // dequantisation scale of every KV dtype
-    params.scale_log2 = static_cast<float>(softmax_scale_ * kv_scale * M_LOG2E);
+    params.scale_log2 = static_cast<float>(softmax_scale() * kv_scale * M_LOG2E);
     params.out_scale = static_cast<float>(kv_scale);
     SplitCombineArgs combine = launch_.combine;
     combine.out = layer.out;
@@ -210,8 +201,6 @@ class TensorcoreRun final : public LayerBoundRun {
     launch_split_combine(combine, s);
   }
 
-  int device_;
-  double softmax_scale_;
   TensorcoreVariant variant_;
   Kernel kernel_;
   unsigned char* base_ = nullptr;
