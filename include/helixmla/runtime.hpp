@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "helixmla/backend.hpp"
@@ -54,12 +55,8 @@ class StepPlan {
 
  private:
   friend class Runtime;
-  // A phase of the step and the backend chosen for it, in phase order.
-  struct PhaseCall {
-    const Phase* phase = nullptr;
-    const Backend* backend = nullptr;
-  };
-  std::vector<PhaseCall> phase_calls() const;
+  // Each phase of the step and the backend chosen for it, in phase order.
+  std::vector<std::pair<const Phase*, const Backend*>> phase_calls() const;
   // Each phase's workspace in phase order, rounded up to the workspace
   // alignment; sized on first use.
   const std::vector<std::size_t>& phase_bytes() const;

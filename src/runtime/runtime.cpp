@@ -136,19 +136,19 @@ StepPlan Runtime::plan_step(const Problem& problem) const {
   return step;
 }
 
-std::vector<StepPlan::PhaseCall> StepPlan::phase_calls() const {
-  std::vector<PhaseCall> calls;
+std::vector<std::pair<const Phase*, const Backend*>> StepPlan::phase_calls() const {
+  std::vector<std::pair<const Phase*, const Backend*>> calls;
   for (const auto& [phase, decision] :
        {std::pair{&phases_.context, &selection_.context}, std::pair{&phases_.generation, &selection_.generation}}) {
-    if (*phase) calls.push_back({&**phase, (*decision)->backend.get()});
+    if (*phase) calls.emplace_back(&**phase, (*decision)->backend.get());
   }
   return calls;
 }
 
 const std::vector<std::size_t>& StepPlan::phase_bytes() const {
   if (phase_bytes_.empty()) {
-    for (const PhaseCall& call : phase_calls()) {
-      phase_bytes_.push_back(align_up(call.backend->workspace_bytes(call.phase->problem)));
+    for (const auto& [phase, backend] : phase_calls()) {
+      phase_bytes_.push_back(align_up(backend->workspace_bytes(phase->problem)));
     }
   }
   return phase_bytes_;
@@ -169,14 +169,11 @@ std::unique_ptr<PreparedRun> Runtime::prepare(const Problem& problem, Workspace 
 
 bool StepPlan::refresh(PreparedRun& run, void* stream) const {
   auto* composite = dynamic_cast<CompositeRun*>(&run);
-  if (composite == nullptr) return false;
-  std::vector<std::pair<const Phase*, const Backend*>> parts;
-  for (const PhaseCall& call : phase_calls()) parts.emplace_back(call.phase, call.backend);
-  return composite->refresh_to(problem_, parts, stream);
+  return composite != nullptr && composite->refresh_to(problem_, phase_calls(), stream);
 }
 
 std::unique_ptr<PreparedRun> StepPlan::prepare(Workspace workspace, void* stream) const {
-  const std::vector<PhaseCall> calls = phase_calls();
+  const auto calls = phase_calls();
   const std::vector<std::size_t>& bytes = phase_bytes();
   const std::size_t total = workspace_bytes();
   if (workspace.data && workspace.bytes < total) {
@@ -186,7 +183,8 @@ std::unique_ptr<PreparedRun> StepPlan::prepare(Workspace workspace, void* stream
   auto composite = std::make_unique<CompositeRun>(problem_);
   auto* cursor = static_cast<unsigned char*>(workspace.data);
   for (std::size_t i = 0; i < calls.size(); ++i) {
-    const Backend& backend = *calls[i].backend;
+    const auto& [phase, chosen] = calls[i];
+    const Backend& backend = *chosen;
     if (!backend.executable()) {
       throw NoCapableBackend("backend " + std::string(backend.name()) +
                              " is described by a profile and cannot be executed");
@@ -196,7 +194,7 @@ std::unique_ptr<PreparedRun> StepPlan::prepare(Workspace workspace, void* stream
       part = {cursor, bytes[i]};
       cursor += bytes[i];
     }
-    composite->add(backend.prepare(calls[i].phase->problem, part, stream), &backend, *calls[i].phase);
+    composite->add(backend.prepare(phase->problem, part, stream), &backend, *phase);
   }
   return composite;
 }
