@@ -4,7 +4,8 @@
 // could never recycle the buffer, querying the event leaves an error that a
 // later launch check reports as its own, and in global capture mode a fresh
 // pinned allocation invalidates the capture. So prepare refuses a capturing
-// stream with a clear error; a graph captures enqueue.
+// stream with a clear error, as a refresh's upload does; a graph captures
+// enqueue.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -19,8 +20,8 @@ inline void refuse_capturing_stream(cudaStream_t stream) {
   HELIXMLA_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
   if (status != cudaStreamCaptureStatusNone) {
     throw InvalidArgument("stream", -1, status == cudaStreamCaptureStatusActive ? "capturing" : "capture invalidated",
-                          "prepare uploads metadata and cannot be captured into a CUDA graph: prepare before "
-                          "the capture and capture the run's enqueue");
+                          "prepare and refresh upload metadata and cannot be captured into a CUDA graph: call "
+                          "them before the capture and capture the run's enqueue");
   }
 }
 
