@@ -80,9 +80,9 @@ NvrtcProgram tensorcore_jit_program(const TensorcoreVariant& variant, const std:
   const std::string args = fmt::format("{}, {}, {}, {}, {}, {}", variant.rows, variant.page_size, variant.elem_kind(),
                                        variant.kv_kind(), variant.engine_kind(), variant.build_blocks());
   program.source = fmt::format(
-      "{}\nextern \"C\" __global__ void __launch_bounds__(helixmla_tc::kThreads, "
+      "{}\nextern \"C\" __global__ void __launch_bounds__(helixmla_tc::Config<{}>::kBlockThreads, "
       "helixmla_tc::Config<{}>::kBlocksPerSm)\n{}(helixmla_tc::Params p) {{\n  helixmla_tc::decode_tile<{}>(p);\n}}\n",
-      kTensorcoreKernelSource, config, kTensorcoreJitEntry, args);
+      kTensorcoreKernelSource, config, config, kTensorcoreJitEntry, args);
   return program;
 }
 
@@ -110,9 +110,9 @@ CUfunction tensorcore_jit_function(const TensorcoreVariant& variant, int smem_by
   return function;
 }
 
-void launch_jit_kernel(CUfunction function, unsigned blocks, int smem_bytes, cudaStream_t stream,
+void launch_jit_kernel(CUfunction function, unsigned blocks, int threads, int smem_bytes, cudaStream_t stream,
                        void** args) {
-  check_driver(driver().launch_kernel(function, blocks, 1, 1, helixmla_tc::kThreads, 1, 1,
+  check_driver(driver().launch_kernel(function, blocks, 1, 1, static_cast<unsigned>(threads), 1, 1,
                                       static_cast<unsigned>(smem_bytes), stream, args, nullptr),
                "cuLaunchKernel");
 }

@@ -23,8 +23,9 @@ NvrtcProgram tensorcore_jit_program(const TensorcoreVariant& variant, const std:
 // RuntimeFailure when NVRTC or the driver fails.
 CUfunction tensorcore_jit_function(const TensorcoreVariant& variant, int smem_bytes);
 
-// cuLaunchKernel on `stream` with kThreads threads per block.
-void launch_jit_kernel(CUfunction function, unsigned blocks, int smem_bytes, cudaStream_t stream,
+// cuLaunchKernel on `stream` with `threads` threads per block (the
+// variant's block_threads()).
+void launch_jit_kernel(CUfunction function, unsigned blocks, int threads, int smem_bytes, cudaStream_t stream,
                        void** args);
 
 }  // namespace helixmla::cuda

@@ -5,7 +5,8 @@
 // types and inline PTX; the host side includes it for the structs below.
 //
 // Design decisions
-// - A block (256 threads, 8 warps) owns one work item: a tile of up to M
+// - A block (256 threads, 8 warps; fp8 KV on wgmma adds a producer
+//   warpgroup, below) owns one work item: a tile of up to M
 //   query rows of one request and one KV range (the whole visible KV, or one
 //   split of it). Rows are packed token-major, row = t * H + h within the
 //   request, which is exactly the memory order of q, out and stats
@@ -48,8 +49,13 @@
 //   (exact: every e4m3 value is an fp16 value; one instruction per pair,
 //   bf16 would take four), so its matrix steps run in fp16 whatever Q's
 //   type, bf16 Q scaled by a power of two per block; the per-tensor KV
-//   scale is folded into the softmax scale and the output scale. wgmma widens whole tiles into shared memory (its operands come
-//   from there), two tiles ahead, behind the matrix steps. mma.sync widens
+//   scale is folded into the softmax scale and the output scale. On wgmma
+//   (whose operands come from shared memory) a third warpgroup, the
+//   producer, copies each tile and widens it whole into one of three
+//   16-bit tiles, handing it over through named barriers ("full" and
+//   "empty" per widened tile), so the matrix warpgroups' loop holds no
+//   copies and no conversions; setmaxnreg gives them the producer's
+//   registers. mma.sync widens
 //   in registers straight into its B fragments: a widened copy in shared
 //   memory cost more shared-memory traffic than the 16-bit path has in all.
 //   Its fp8 rows are five aligned 128-byte groups with their own chunk
@@ -76,6 +82,10 @@ namespace helixmla_tc {
 #endif
 #ifndef HELIXMLA_TC_Q_REG_STEPS_FP8
 #define HELIXMLA_TC_Q_REG_STEPS_FP8 16
+#endif
+// The producer build's matrix warpgroups have 232 registers, not 255.
+#ifndef HELIXMLA_TC_Q_REG_STEPS_FP8_PRODUCER
+#define HELIXMLA_TC_Q_REG_STEPS_FP8_PRODUCER 12
 #endif
 
 // 16-row fp8 tiles: KV stages, blocks per SM, and whether each warp keeps
@@ -120,6 +130,17 @@ namespace helixmla_tc {
 #ifndef HELIXMLA_TC_WGMMA_16BIT_STAGES
 #define HELIXMLA_TC_WGMMA_16BIT_STAGES 4
 #endif
+// fp8 KV on wgmma: 1 gives the block a third warpgroup, the producer,
+// which issues the KV copies and widens each tile into the 16-bit tiles
+// the matrix steps read, handing them over through named barriers; the two
+// matrix warpgroups' loop then holds no copies and no widening (session 13
+// found the widening a quarter of the loop's samples and its 2735 cycles a
+// tile against 2083 for 16-bit KV). setmaxnreg gives the matrix
+// warpgroups the producer's registers. 0: every thread copies and widens
+// between its matrix steps, as before session 21.
+#ifndef HELIXMLA_TC_FP8_PRODUCER
+#define HELIXMLA_TC_FP8_PRODUCER 1
+#endif
 // Lazy rescaling (exp2 units): a row's reference maximum moves only when a
 // tile's maximum passes it by more than this, so O's rescale (and, on the
 // 16-row kernel, the work around it) is skipped on almost every tile after
@@ -134,7 +155,19 @@ enum ElemKind { kElemBf16 = 0, kElemFp16 = 1 };
 enum KvKind { kKvSameAsQ = 0, kKvFp8 = 1 };
 enum EngineKind { kEngineMmaSync = 0, kEngineWgmma = 1 };
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 256;  // the matrix warpgroups' threads (every thread but a producer's)
+// Named barriers of the producer build (0 is __syncthreads'): the matrix
+// warpgroups' own, the handover of Q's staging region (which the widened
+// tiles reuse), and per widened tile "full" (the producer arrives, the
+// matrix warpgroups wait) and "empty" (the other way round).
+constexpr int kMatrixBarrier = 1;
+constexpr int kStagingFreeBarrier = 2;
+constexpr int kFullBarrier0 = 3;
+constexpr int kEmptyBarrier0 = 6;
+// Registers per thread after setmaxnreg: the matrix warpgroups take what the
+// producer gives back (2 x 128 x 232 + 128 x 40 = 384 x 168, the launch's share).
+constexpr int kMatrixRegisters = 232;
+constexpr int kProducerRegisters = 40;
 constexpr int kTileTokens = 32;
 constexpr int kHeadDim = 576;
 constexpr int kLatent = 512;
@@ -191,6 +224,9 @@ struct Config {
                 "a two-block build exists for 32-row fp8 tiles only");
   static constexpr bool kTwoBlockBuild = BLOCKS == 2;
   static constexpr bool kWgmma = ENGINE == kEngineWgmma;
+  // A producer warpgroup (HELIXMLA_TC_FP8_PRODUCER) after the matrix threads.
+  static constexpr bool kProducer = kWgmma && KV == kKvFp8 && HELIXMLA_TC_FP8_PRODUCER;
+  static constexpr int kBlockThreads = kProducer ? kThreads + 128 : kThreads;
   static constexpr int kMTiles = M / 16;
   static constexpr int kWarpsK = kWgmma ? 2 : 4 / kMTiles;  // partial S sums per tile
   static constexpr int kKSteps = 36 / kWarpsK;  // k16 steps per warp (warpgroup) in S = Q K^T
@@ -214,13 +250,15 @@ struct Config {
   // steps) are never stored in shared memory, which makes room for a
   // fourth KV stage (fp8; 16-bit could take a fifth, see the knob).
   static constexpr int kQRegSteps =
-      kWgmma ? (KV == kKvFp8 ? HELIXMLA_TC_Q_REG_STEPS_FP8 : HELIXMLA_TC_Q_REG_STEPS_16BIT) : 0;
+      kWgmma ? (KV == kKvFp8 ? (kProducer ? HELIXMLA_TC_Q_REG_STEPS_FP8_PRODUCER : HELIXMLA_TC_Q_REG_STEPS_FP8)
+                             : HELIXMLA_TC_Q_REG_STEPS_16BIT)
+             : 0;
   static_assert(kQRegSteps % 2 == 0 && kQRegSteps <= 36 / kWarpsK, "Q registers cover whole 64-column blocks");
   static constexpr int kQRegBlocks = kQRegSteps / 2;
   static constexpr int kStages =
       M == 16   ? (KV == kKvFp8 ? HELIXMLA_TC_M16_FP8_STAGES : 2)
       : M == 32 ? (kTwoBlockBuild ? 3 : 4)
-                : (kWgmma && KV != kKvFp8 ? HELIXMLA_TC_WGMMA_16BIT_STAGES : (KV == kKvFp8 ? 4 : 3));
+                : (kWgmma && KV != kKvFp8 ? HELIXMLA_TC_WGMMA_16BIT_STAGES : (KV == kKvFp8 ? (kProducer ? 3 : 4) : 3));
   static constexpr int kBlocksPerSm =
       M == 16 ? (KV == kKvFp8 ? HELIXMLA_TC_M16_FP8_BLOCKS_PER_SM : 2) : (kTwoBlockBuild ? 2 : 1);
   static_assert(kStages >= 2 * kTilesPerStep, "the ring holds a step's tiles and the next step's copies");
@@ -250,6 +288,8 @@ struct Config {
   // fp8 widened tiles (wgmma only: mma.sync widens into its fragments):
   // tiles it (P V), it + 1 (S) and it + 2 (being widened).
   static constexpr int kWideTiles = KV == kKvFp8 && kWgmma ? 3 : 0;
+  static_assert(!kProducer || (kFullBarrier0 + kWideTiles <= kEmptyBarrier0 && kEmptyBarrier0 + kWideTiles <= 16),
+                "a full and an empty named barrier per widened tile");
   static constexpr int kWideOffset = kStageOffset + kStages * kStageBytes;
   static_assert(!kQInStages || kQBytes <= kTilesPerStep * kStageBytes, "Q's staging fits the empty stages");
   static constexpr int kSOffset = kWideOffset + kWideTiles * kTileBytes16;
@@ -428,6 +468,24 @@ __device__ __forceinline__ void wgmma_wait_all() {
 __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
+// Named barriers: `threads` threads (whole warps) take part; sync waits for
+// them all, arrive only counts this warp in (producer and consumer hand-over).
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+// setmaxnreg: a whole warpgroup moves its registers per thread to N (ptxas
+// allocates the code after it within N; needs the launch bounds' count).
+template <int N>
+__device__ __forceinline__ void raise_registers() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void lower_registers() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
 // Keeps the compiler from touching accumulators while a wgmma is in flight.
 template <int N>
 __device__ __forceinline__ void pin_registers(float (&r)[N]) {
@@ -562,6 +620,16 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   // mma.sync: the last tile in which some row's reference maximum moved.
   int* rescale_tile_s = reinterpret_cast<int*>(alpha_s + 5 * M);
 
+  // The barrier of the threads that run the matrix steps: the whole block,
+  // less the producer warpgroup where there is one.
+  auto matrix_sync = [] {
+    if constexpr (C::kProducer) {
+      named_barrier_sync(kMatrixBarrier, kThreads);
+    } else {
+      __syncthreads();
+    }
+  };
+
   const WorkItem w = p.items[blockIdx.x];
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
@@ -613,7 +681,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   // Copies are spread eight threads to a row, each taking every eighth chunk,
   // so a thread's addresses advance by constants and need few registers.
   const int sub = tid & 7;
-  {
+  if (!C::kProducer || tid < kThreads) {  // the producer copies KV only
     const unsigned char* q = static_cast<const unsigned char*>(p.q);
 #pragma unroll
     for (int r = tid >> 3; r < M; r += kThreads / 8) {
@@ -650,43 +718,171 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   constexpr bool kPairedRows = KV == kKvFp8 && C::kWgmma;
   const int load_tok = kPairedRows ? 4 * warp + 2 * (lane >> 4) + ((lane >> 2) & 1) : tid >> 3;
   const int load_sub = kPairedRows ? (lane & 3) + 4 * ((lane >> 3) & 1) : sub;
-  auto lookup = [&](int tile) {
-    const int pos = w.kv_begin + tile * T + load_tok;
+  auto lookup = [&](int tile, int tok) {
+    const int pos = w.kv_begin + tile * T + tok;
     if constexpr (kWidenAtCopy) {
       return pos < w.kv_end ? page_row[pos / PAGE] : -1;
     } else {
       return pos < w.kv_end ? static_cast<long long>(page_row[pos / PAGE]) * PAGE + pos % PAGE : -1LL;
     }
   };
-  typedef decltype(lookup(0)) Entry;
-  auto slot_of = [&](int tile, Entry entry) -> long long {
+  typedef decltype(lookup(0, 0)) Entry;
+  auto slot_of = [&](int tile, Entry entry, int tok) -> long long {
     if constexpr (kWidenAtCopy) {
-      return entry < 0 ? -1 : static_cast<long long>(entry) * PAGE + (w.kv_begin + tile * T + load_tok) % PAGE;
+      return entry < 0 ? -1 : static_cast<long long>(entry) * PAGE + (w.kv_begin + tile * T + tok) % PAGE;
     } else {
       return entry;
     }
   };
-  // Gathers this thread's share of a KV tile (its row at `slot`) into `stage`.
-  auto load_tile = [&](long long slot, int stage) {
+  // Gathers a copy thread's share of a KV tile (row `tok` at `slot`, chunks
+  // sub + 8 k) into `stage`.
+  auto load_tile = [&](long long slot, int stage, int tok, int sub) {
     const bool valid = slot >= 0;
     if (!valid) slot = 0;
     unsigned char* dst = stage_s + stage * C::kStageBytes;
     if constexpr (KV == kKvFp8) {
-      const unsigned char* src = pool + slot * kHeadDim + load_sub * 16;
+      const unsigned char* src = pool + slot * kHeadDim + sub * 16;
 #pragma unroll
       for (int k = 0; k < (kHeadDim / 16 + 7) / 8; ++k) {
-        if (load_sub + 8 * k < kHeadDim / 16) {
-          cp_async_16(dst + fp8_chunk_offset<C::kWgmma>(load_tok, load_sub + 8 * k), src + 128 * k, valid);
+        if (sub + 8 * k < kHeadDim / 16) {
+          cp_async_16(dst + fp8_chunk_offset<C::kWgmma>(tok, sub + 8 * k), src + 128 * k, valid);
         }
       }
     } else {
-      const unsigned char* src = pool + slot * kRowBytes16 + load_sub * 16;
+      const unsigned char* src = pool + slot * kRowBytes16 + sub * 16;
 #pragma unroll
       for (int k = 0; k < kChunksPerRow / 8; ++k) {
-        cp_async_16(dst + swizzled(T, load_tok, load_sub + 8 * k), src + 128 * k, valid);
+        cp_async_16(dst + swizzled(T, tok, sub + 8 * k), src + 128 * k, valid);
       }
     }
   };
+
+  // fp8: widens a copy thread's share of KV tile `tile` (exactly the chunks
+  // its own copies brought, so only its own copies need to have landed)
+  // into the 16-bit swizzled tile at `wide`.
+  auto widen_tile = [&](int tile, unsigned char* wide, int tok, int sub) {
+    const unsigned char* raw = stage_s + (tile % C::kStages) * C::kStageBytes;
+#pragma unroll
+    for (int k = 0; k < (kHeadDim / 16 + 7) / 8; ++k) {
+      const int c = sub + 8 * k;
+      if (c < kHeadDim / 16) {
+        const uint4 bytes = *reinterpret_cast<const uint4*>(raw + fp8_chunk_offset<C::kWgmma>(tok, c));
+        const u32 words[4] = {bytes.x, bytes.y, bytes.z, bytes.w};
+        u32 pairs[8];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          widen_fp8x4(words[i], pairs[2 * i], pairs[2 * i + 1]);
+        }
+        *reinterpret_cast<uint4*>(wide + swizzled(T, tok, 2 * c)) =
+            make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
+        *reinterpret_cast<uint4*>(wide + swizzled(T, tok, 2 * c + 1)) =
+            make_uint4(pairs[4], pairs[5], pairs[6], pairs[7]);
+      }
+    }
+  };
+  // The 16-bit tile the wgmma loop's matrix steps read for tile `tile`.
+  auto mma_tile = [&](int tile) -> unsigned char* {
+    constexpr int kRing = C::kWideTiles > 0 ? C::kWideTiles : 1;  // no % 0 where there are none
+    if constexpr (C::kWideTiles > 0) return wide_s + (tile % kRing) * C::kTileBytes16;
+    return stage_s + (tile % C::kStages) * C::kStageBytes;
+  };
+  if constexpr (C::kProducer) {
+    if (tid >= kThreads) {
+      // The producer copies and widens every tile of the item, rows `row`
+      // and `row` + 16 of each (two copy threads of the 256-thread mapping,
+      // the same lanes, so the widening's stores keep their bank pattern),
+      // widening only what its own copies brought. The two rows make two
+      // independent chains per chunk, all the latency hiding 40 registers
+      // leave. Page ids stay ints until their copy a tile later (the
+      // multiply right behind the load waited for it every tile).
+      lower_registers<kProducerRegisters>();
+      static_assert(C::kStages == C::kWideTiles, "one ring position for a tile's raw stage and widened tile");
+      constexpr int R = C::kStages;
+      const int row = load_tok - 32;
+      auto page_of = [&](int tile, int r) {
+        const int pos = w.kv_begin + tile * T + r;
+        return pos < w.kv_end ? page_row[pos / PAGE] : -1;
+      };
+      // Offsets are spelled linear in the chunk step k (ptxas kept one
+      // register per chunk otherwise, and spilled them): raw chunk
+      // load_sub + 8 k of row r at r * 576 + 16 load_sub + 128 k; widened
+      // chunks 2 c and 2 c + 1 at `wide_lo` and `wide_hi` + k * 2 * T * 128,
+      // row + 16 a constant further in both (its swizzle is row's).
+      const int raw_at = fp8_chunk_offset<true>(row, load_sub);
+      const int wide_lo = swizzled(T, row, 2 * load_sub);
+      const int wide_hi = swizzled(T, row, 2 * load_sub + 1);
+      constexpr int kChunkSteps = (kHeadDim / 16 + 7) / 8;
+      const bool last_step = load_sub + 8 * (kChunkSteps - 1) < kHeadDim / 16;  // the fifth chunk exists
+      auto copy_row = [&](int tile, int h, int page, unsigned char* stage) {
+        const bool valid = page >= 0;
+        const int pos = w.kv_begin + tile * T + row + 16 * h;
+        const long long slot = valid ? static_cast<long long>(page) * PAGE + pos % PAGE : 0;
+        const unsigned char* src = pool + slot * kHeadDim + load_sub * 16;
+        unsigned char* dst = stage + raw_at + h * 16 * kHeadDim;
+#pragma unroll
+        for (int k = 0; k < kChunkSteps; ++k) {
+          if (k + 1 < kChunkSteps || last_step) cp_async_16(dst + 128 * k, src + 128 * k, valid);
+        }
+      };
+      auto copy_tile = [&](int tile, const int (&pages)[2], unsigned char* stage) {
+        copy_row(tile, 0, pages[0], stage);
+        copy_row(tile, 1, pages[1], stage);
+      };
+      auto widen_rows = [&](const unsigned char* raw, unsigned char* wide) {
+#pragma unroll
+        for (int k = 0; k < kChunkSteps; ++k) {
+          if (k + 1 < kChunkSteps || last_step) {
+            uint4 bytes[2];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              bytes[h] = *reinterpret_cast<const uint4*>(raw + raw_at + h * 16 * kHeadDim + 128 * k);
+            }
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const u32 words[4] = {bytes[h].x, bytes[h].y, bytes[h].z, bytes[h].w};
+              u32 pairs[8];
+#pragma unroll
+              for (int i = 0; i < 4; ++i) widen_fp8x4(words[i], pairs[2 * i], pairs[2 * i + 1]);
+              unsigned char* at = wide + h * 16 * 128 + k * 2 * (T * 128);
+              *reinterpret_cast<uint4*>(at + wide_lo) = make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
+              *reinterpret_cast<uint4*>(at + wide_hi) = make_uint4(pairs[4], pairs[5], pairs[6], pairs[7]);
+            }
+          }
+        }
+      };
+#pragma unroll
+      for (int t = 0; t < R - 1; ++t) {
+        if (t < n_tiles) {
+          const int pages[2] = {page_of(t, row), page_of(t, row + 16)};
+          copy_tile(t, pages, stage_s + t * C::kStageBytes);
+        }
+        cp_async_commit();
+      }
+      int pages[2] = {page_of(R - 1, row), page_of(R - 1, row + 16)};
+      // Q's register columns are staged where the widened tiles go.
+      named_barrier_sync(kStagingFreeBarrier, C::kBlockThreads);
+      int ring = 0;  // tile t % R
+      for (int t = 0; t < n_tiles; ++t) {
+        // Tile t + R - 1 into the stage of tile t - 1, which this thread has widened.
+        const int next = t + R - 1;
+        const int next_ring = ring == 0 ? R - 1 : ring - 1;
+        if (next < n_tiles) copy_tile(next, pages, stage_s + next_ring * C::kStageBytes);
+        cp_async_commit();
+        pages[0] = page_of(next + 1, row);
+        pages[1] = page_of(next + 1, row + 16);
+        cp_async_wait<R - 1>();  // this thread's copies of tile t
+        // Tile t - R's widened tile is free once every matrix thread's
+        // P V(t - R) has completed.
+        if (t >= R) named_barrier_sync(kEmptyBarrier0 + ring, C::kBlockThreads);
+        widen_rows(stage_s + ring * C::kStageBytes, wide_s + ring * C::kTileBytes16);
+        fence_proxy_async();
+        named_barrier_arrive(kFullBarrier0 + ring, C::kBlockThreads);
+        ring = ring == R - 1 ? 0 : ring + 1;
+      }
+      return;
+    }
+    raise_registers<kMatrixRegisters>();
+  }
 
   // Tiles are copied a whole step at a time: past the last tile, the rest
   // of the last step is zero-filled (slot -1), so it multiplies finite zeros.
@@ -695,14 +891,20 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   // the same value, changed the 16-bit mma.sync kernels' machine code.)
   const int n_copied = kSub == 1 ? n_tiles : (n_tiles + kSub - 1) / kSub * kSub;
   constexpr int kAhead = C::kStages - kSub;  // tiles in the ring beyond the current step
-#pragma unroll
-  for (int s = 0; s < kAhead; ++s) {
-    if (s < n_copied) load_tile(slot_of(s, lookup(s)), s);
-    cp_async_commit();  // Q travels in the first group
-  }
   Entry next_entry[kSub];  // the next step's tiles, looked up a step ahead
+  if constexpr (C::kProducer) {
+    cp_async_commit();  // Q alone
+  } else {
 #pragma unroll
-  for (int s = 0; s < kSub; ++s) next_entry[s] = lookup(kAhead + s);
+    for (int s = 0; s < kAhead; ++s) {
+      if (s < n_copied) load_tile(slot_of(s, lookup(s, load_tok), load_tok), s, load_tok, load_sub);
+      cp_async_commit();  // Q travels in the first group
+    }
+#pragma unroll
+    for (int s = 0; s < kSub; ++s) next_entry[s] = lookup(kAhead + s, load_tok);
+  }
+  // The matrix threads' commit groups in front of Q's that may be in flight.
+  constexpr int kAfterQ = C::kProducer ? 0 : kAhead - 1;
 
   // Softmax ownership: row srow, tokens [stok, stok + kRowTokens) of each tile.
   const int srow = tid / C::kRowThreads;
@@ -732,8 +934,8 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   // 2 c4 (+1) and +8.
   u32 q_frag[C::kQRegSteps > 0 ? C::kQRegSteps : 1][4];
   if constexpr (C::kQRegSteps > 0) {
-    cp_async_wait<kAhead - 1>();  // Q travels in the first group
-    __syncthreads();
+    cp_async_wait<kAfterQ>();  // Q travels in the first group
+    matrix_sync();
     const int a_row = wg_warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
 #pragma unroll
     for (int i = 0; i < C::kQRegSteps; ++i) {
@@ -741,8 +943,9 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     }
     // fp8 widens tiles into the staging region before the loop's first
     // barrier; with bf16 Q the scaling block below barriers first.
-    if constexpr (KV == kKvFp8 && ELEM == kElemFp16) __syncthreads();
+    if constexpr (KV == kKvFp8 && ELEM == kElemFp16 && !C::kProducer) __syncthreads();
   }
+  if constexpr (C::kProducer) named_barrier_arrive(kStagingFreeBarrier, C::kBlockThreads);
 
   // fp8 KV runs the matrix steps in fp16, whatever Q's type: one
   // cvt.rn.f16x2.e4m3x2 widens two values exactly, where bf16 takes four
@@ -755,8 +958,8 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   float scale_log2 = p.scale_log2;
   if constexpr (KV == kKvFp8 && (ELEM == kElemBf16 || !C::kWgmma)) {
     if constexpr (C::kQRegSteps == 0) {  // else Q's register columns waited for it above
-      cp_async_wait<kAhead - 1>();  // Q travels in the first group
-      __syncthreads();
+      cp_async_wait<kAfterQ>();  // Q travels in the first group
+      matrix_sync();
     }
     float q_scale = 1.0f;
     if constexpr (ELEM == kElemBf16) {
@@ -776,7 +979,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       asm("redux.sync.max.u32 %0, %0, 0xffffffff;\n" : "+r"(top));
       u32* top_s = reinterpret_cast<u32*>(smem + C::kSOffset);  // free until the loop
       if (lane == 0) top_s[warp] = top;
-      __syncthreads();
+      matrix_sync();
 #pragma unroll
       for (int i = 0; i < kThreads / 32; ++i) top = top > top_s[i] ? top : top_s[i];
       // Exponent field f: 2^(f - 127) <= max |Q| < 2^(f - 126), so k = f - 141
@@ -853,7 +1056,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     for (int i = 0; i < C::kQRegSteps; ++i)
 #pragma unroll
       for (int j = 0; j < 4; ++j) q_frag[i][j] = to_mma_type(q_frag[i][j]);
-    __syncthreads();
+    matrix_sync();
   }
 
   // O accumulators. mma.sync: [mt][nt][4] for rows 16 mt + g (+8), columns
@@ -898,8 +1101,9 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   // The two partial sums meet in shared memory in fragment order (thread t
   // of one warpgroup holds the same elements as thread t of the other), so
   // both warpgroups end up with the whole S tile in registers. Contains a
-  // block barrier.
-  auto add_other_s_half = [&](unsigned char* scratch) {
+  // block barrier; in the producer build named barrier `barrier` of
+  // `threads` threads (the producer's "full" of the next tile, if any).
+  auto add_other_s_half = [&](unsigned char* scratch, int barrier, int threads) {
     float4* exchange = reinterpret_cast<float4*>(scratch);
     const int wg_tid = tid & 127;
 #pragma unroll
@@ -907,7 +1111,11 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       exchange[(wg * 4 + q) * 128 + wg_tid] =
           make_float4(s_acc[4 * q], s_acc[4 * q + 1], s_acc[4 * q + 2], s_acc[4 * q + 3]);
     }
-    __syncthreads();
+    if constexpr (C::kProducer) {
+      named_barrier_sync(barrier, threads);
+    } else {
+      __syncthreads();
+    }
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       const float4 other = exchange[((wg ^ 1) * 4 + q) * 128 + wg_tid];
@@ -920,15 +1128,18 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   // Issues the copies of the step kStages - kSub tiles ahead of step `it`
   // (into the stages of step it - kSub, which no thread reads any more), a
   // commit group per tile, and looks up the step after.
+  // (None in the producer build, whose producer issues them.)
   auto load_ahead = [&](int it) {
-    auto issue = [&](int s) {
-      const int next = it + kAhead + s;
-      if (next < n_copied) load_tile(slot_of(next, next_entry[s]), next % C::kStages);
-      cp_async_commit();
-      next_entry[s] = lookup(next + kSub);
-    };
-    issue(0);
-    if constexpr (kSub == 2) issue(1);
+    if constexpr (!C::kProducer) {
+      auto issue = [&](int s) {
+        const int next = it + kAhead + s;
+        if (next < n_copied) load_tile(slot_of(next, next_entry[s], load_tok), next % C::kStages, load_tok, load_sub);
+        cp_async_commit();
+        next_entry[s] = lookup(next + kSub, load_tok);
+      };
+      issue(0);
+      if constexpr (kSub == 2) issue(1);
+    }
   };
 
   // Online softmax of tile `it` on the whole S tile in registers, then
@@ -1049,35 +1260,6 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     }
   };
 
-  // fp8: widens this thread's share of KV tile `tile` (exactly the chunks
-  // its own copies brought, so only its own copies need to have landed)
-  // into the 16-bit swizzled tile at `wide`.
-  auto widen_tile = [&](int tile, unsigned char* wide) {
-    const unsigned char* raw = stage_s + (tile % C::kStages) * C::kStageBytes;
-#pragma unroll
-    for (int k = 0; k < (kHeadDim / 16 + 7) / 8; ++k) {
-      const int c = load_sub + 8 * k;
-      if (c < kHeadDim / 16) {
-        const uint4 bytes = *reinterpret_cast<const uint4*>(raw + fp8_chunk_offset<C::kWgmma>(load_tok, c));
-        const u32 words[4] = {bytes.x, bytes.y, bytes.z, bytes.w};
-        u32 pairs[8];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          widen_fp8x4(words[i], pairs[2 * i], pairs[2 * i + 1]);
-        }
-        *reinterpret_cast<uint4*>(wide + swizzled(T, load_tok, 2 * c)) =
-            make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
-        *reinterpret_cast<uint4*>(wide + swizzled(T, load_tok, 2 * c + 1)) =
-            make_uint4(pairs[4], pairs[5], pairs[6], pairs[7]);
-      }
-    }
-  };
-  // The 16-bit tile the wgmma loop's matrix steps read for tile `tile`.
-  auto mma_tile = [&](int tile) -> unsigned char* {
-    constexpr int kRing = C::kWideTiles > 0 ? C::kWideTiles : 1;  // no % 0 where there are none
-    if constexpr (C::kWideTiles > 0) return wide_s + (tile % kRing) * C::kTileBytes16;
-    return stage_s + (tile % C::kStages) * C::kStageBytes;
-  };
 
   // mma.sync's Q fragments: chunk 2 * kstep + x of Q sits in block kstep /
   // 4 at in-block slot (2 * (kstep % 4) + x) ^ (row % 8): each thread keeps
@@ -1115,15 +1297,19 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       // that tile it + 1 is in place for every thread (16-bit: landed;
       // fp8: widened one tile earlier, while S(it) and P V(it - 1) ran).
       if (it == 0) {
-        if constexpr (KV == kKvFp8) {
-          cp_async_wait<C::kStages - 3>();  // tiles 0 and 1
-          widen_tile(0, mma_tile(0));
-          if (n_tiles > 1) widen_tile(1, mma_tile(1));
+        if constexpr (C::kProducer) {
+          named_barrier_sync(kFullBarrier0, C::kBlockThreads);  // tile 0 widened
         } else {
-          cp_async_wait<C::kStages - 2>();
+          if constexpr (KV == kKvFp8) {
+            cp_async_wait<C::kStages - 3>();  // tiles 0 and 1
+            widen_tile(0, mma_tile(0), load_tok, load_sub);
+            if (n_tiles > 1) widen_tile(1, mma_tile(1), load_tok, load_sub);
+          } else {
+            cp_async_wait<C::kStages - 2>();
+          }
+          fence_proxy_async();
+          __syncthreads();
         }
-        fence_proxy_async();
-        __syncthreads();
         issue_s(mma_tile(0), s_next);
       }
       wgmma_wait_all();  // S(it) and P V(it - 1)
@@ -1136,17 +1322,28 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
         cp_async_wait<C::kStages - 3>();  // tile it + 1; later tiles may still be in flight
         fence_proxy_async();
       }
-      add_other_s_half(smem + C::kSOffset + (it & 1) * C::kSwapBytes);
+      if constexpr (C::kProducer) {
+        // This thread's P V(it - 1) has completed: tile it - 1's widened
+        // tile is free for the producer's tile it - 1 + W, if there is one.
+        constexpr int W = C::kWideTiles;
+        if (it >= 1 && it - 1 + W < n_tiles) named_barrier_arrive(kEmptyBarrier0 + (it - 1) % W, C::kBlockThreads);
+        // The swap's barrier also waits for tile it + 1's widening.
+        const bool next = it + 1 < n_tiles;
+        add_other_s_half(smem + C::kSOffset + (it & 1) * C::kSwapBytes,
+                         next ? kFullBarrier0 + (it + 1) % W : kMatrixBarrier, next ? C::kBlockThreads : kThreads);
+      } else {
+        add_other_s_half(smem + C::kSOffset + (it & 1) * C::kSwapBytes, 0, kThreads);
+      }
       if (it + 1 < n_tiles) issue_s(mma_tile(it + 1), s_next);
       load_ahead(it);  // past the barrier, every P V(it - 1) has completed
       softmax_and_issue_pv(mma_tile(it), it);
-      if constexpr (KV == kKvFp8) {
+      if constexpr (KV == kKvFp8 && !C::kProducer) {
         // Tile it + 2 into the widened tile of it - 1: past the barrier,
         // every thread's P V(it - 1) has completed. Its copies were issued
         // two tiles ago; only tile it + 3's may still be in flight.
         if (it + 2 < n_tiles) {
           cp_async_wait<1>();
-          widen_tile(it + 2, mma_tile(it + 2));
+          widen_tile(it + 2, mma_tile(it + 2), load_tok, load_sub);
           fence_proxy_async();
         }
       }
@@ -1454,7 +1651,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       top_s[srow] = m_top;
     }
   }
-  __syncthreads();
+  matrix_sync();
 
   // Each thread's accumulators cover two rows per 16-row block and pairs of
   // columns; `out_pair` writes one pair (normalised) of one row.
@@ -1529,7 +1726,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
 }
 
 template <int M, int PAGE, int ELEM, int KV, int ENGINE, int BLOCKS = 0>
-__global__ void __launch_bounds__(kThreads, Config<M, KV, ENGINE, BLOCKS>::kBlocksPerSm)
+__global__ void __launch_bounds__(Config<M, KV, ENGINE, BLOCKS>::kBlockThreads, Config<M, KV, ENGINE, BLOCKS>::kBlocksPerSm)
     mla_decode_kernel(Params p) {
   decode_tile<M, PAGE, ELEM, KV, ENGINE, BLOCKS>(p);
 }

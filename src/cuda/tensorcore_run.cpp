@@ -35,11 +35,13 @@ struct Kernel {
   const void* stub = nullptr;
   CUfunction function = nullptr;
   int smem_bytes = 0;
+  int threads = 0;
 };
 
 Kernel kernel_for(const TensorcoreVariant& variant) {
   Kernel k;
   k.smem_bytes = variant.smem_bytes();
+  k.threads = variant.block_threads();
   if (const void* stub = tensorcore_precompiled_kernel(variant)) {
     HELIXMLA_CUDA_CHECK(
         cudaFuncSetAttribute(stub, cudaFuncAttributeMaxDynamicSharedMemorySize, k.smem_bytes));
@@ -193,10 +195,10 @@ class TensorcoreRun final : public LayerBoundRun {
     combine.stats = layer.stats;
     void* args[] = {&params};
     if (kernel_.stub) {
-      HELIXMLA_CUDA_CHECK(cudaLaunchKernel(kernel_.stub, dim3(launch_.blocks), dim3(helixmla_tc::kThreads),
+      HELIXMLA_CUDA_CHECK(cudaLaunchKernel(kernel_.stub, dim3(launch_.blocks), dim3(kernel_.threads),
                                            args, static_cast<std::size_t>(kernel_.smem_bytes), s));
     } else {
-      launch_jit_kernel(kernel_.function, launch_.blocks, kernel_.smem_bytes, s, args);
+      launch_jit_kernel(kernel_.function, launch_.blocks, kernel_.threads, kernel_.smem_bytes, s, args);
     }
     launch_split_combine(combine, s);
   }

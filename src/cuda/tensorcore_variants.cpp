@@ -58,6 +58,10 @@ int TensorcoreVariant::blocks_per_sm() const {
   return with_config(*this, [](auto c) { return decltype(c)::kBlocksPerSm; });
 }
 
+int TensorcoreVariant::block_threads() const {
+  return with_config(*this, [](auto c) { return decltype(c)::kBlockThreads; });
+}
+
 int TensorcoreVariant::build_blocks() const { return two_blocks ? 2 : 0; }
 
 std::string TensorcoreVariant::name() const { return name_for_page(std::to_string(page_size)); }

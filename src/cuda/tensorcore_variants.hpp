@@ -38,6 +38,7 @@ struct TensorcoreVariant {
   int kv_kind() const;    // helixmla_tc::KvKind
   int smem_bytes() const;
   int blocks_per_sm() const;
+  int block_threads() const;  // threads per block: 384 with a producer warpgroup, else 256
   int engine_kind() const;  // helixmla_tc::EngineKind
   int build_blocks() const;  // helixmla_tc::Config's BLOCKS: 2 for the two-block build, else 0
   // e.g. "tc_m64_p64_bf16_fp8_wgmma", "tc_m32_p64_bf16_fp8_2blocks"

@@ -237,6 +237,28 @@ TEST(TensorcoreJit, Fp16QueriesWithFp16AndFp8Kv) {
   }
 }
 
+// fp8 KV on wgmma runs a producer warpgroup that hands widened tiles to the
+// matrix warpgroups through a ring of three, with named barriers whose
+// arrivals must match the item's tile count exactly (a mismatch hangs or
+// reads a stale tile): items of one to seven tiles, partial tiles among
+// them, bf16 and fp16 Q, a precompiled and a just-in-time page size.
+TEST(TensorcoreFp8Producer, ItemsOfEveryShortTileCountMatch) {
+  SKIP_WITHOUT_TENSORCORE();
+  const bool nvrtc = Environment::detect().nvrtc;
+  for (DType q : {DType::bf16, DType::fp16}) {
+    for (std::int32_t page : {64, 48}) {
+      if ((q == DType::fp16 || page == 48) && !nvrtc) continue;
+      BatchSpec spec = decode_spec(64, 1, page, DType::fp8_e4m3);
+      spec.q_dtype = q;
+      spec.kv_len = {1, 31, 32, 33, 64, 65, 96, 97, 128, 129, 160, 161, 192, 193, 224};
+      spec.generations = static_cast<std::int32_t>(spec.kv_len.size());
+      SyntheticBatch host(spec);
+      const RunInfo info = expect_parity(host, label_of(spec));
+      EXPECT_TRUE(info.any_wgmma) << label_of(spec);
+    }
+  }
+}
+
 // Per-token Helix bounds that differ inside a verify group, including tokens
 // that see nothing (stats (-inf, 0), zero output).
 // 64-row tiles have two matrix engines; the one the catalog does not pick is
