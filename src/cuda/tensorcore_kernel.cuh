@@ -945,7 +945,11 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     // barrier; with bf16 Q the scaling block below barriers first.
     if constexpr (KV == kKvFp8 && ELEM == kElemFp16 && !C::kProducer) __syncthreads();
   }
-  if constexpr (C::kProducer) named_barrier_arrive(kStagingFreeBarrier, C::kBlockThreads);
+  // Q's staging is free for the producer's widened tiles. A sync, not an
+  // arrive as in the loop: both order the reads, but racecheck takes only
+  // a sync for ordering (it reported this hand-off), and once a block the
+  // wait costs nothing.
+  if constexpr (C::kProducer) named_barrier_sync(kStagingFreeBarrier, C::kBlockThreads);
 
   // fp8 KV runs the matrix steps in fp16, whatever Q's type: one
   // cvt.rn.f16x2.e4m3x2 widens two values exactly, where bf16 takes four
