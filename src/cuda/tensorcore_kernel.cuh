@@ -156,12 +156,11 @@ enum KvKind { kKvSameAsQ = 0, kKvFp8 = 1 };
 enum EngineKind { kEngineMmaSync = 0, kEngineWgmma = 1 };
 
 constexpr int kThreads = 256;  // the matrix warpgroups' threads (every thread but a producer's)
-// Named barriers of the producer build (0 is __syncthreads'): the matrix
-// warpgroups' own, the handover of Q's staging region (which the widened
-// tiles reuse), and per widened tile "full" (the producer arrives, the
+// Named barriers of the producer build (0 is __syncthreads', which hands
+// over Q's staging region, reused by the widened tiles): the matrix
+// warpgroups' own, and per widened tile "full" (the producer arrives, the
 // matrix warpgroups wait) and "empty" (the other way round).
 constexpr int kMatrixBarrier = 1;
-constexpr int kStagingFreeBarrier = 2;
 constexpr int kFullBarrier0 = 3;
 constexpr int kEmptyBarrier0 = 6;
 // Registers per thread after setmaxnreg: the matrix warpgroups take what the
@@ -860,7 +859,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       }
       int pages[2] = {page_of(R - 1, row), page_of(R - 1, row + 16)};
       // Q's register columns are staged where the widened tiles go.
-      named_barrier_sync(kStagingFreeBarrier, C::kBlockThreads);
+      __syncthreads();
       int ring = 0;  // tile t % R
       for (int t = 0; t < n_tiles; ++t) {
         // Tile t + R - 1 into the stage of tile t - 1, which this thread has widened.
@@ -945,11 +944,10 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     // barrier; with bf16 Q the scaling block below barriers first.
     if constexpr (KV == kKvFp8 && ELEM == kElemFp16 && !C::kProducer) __syncthreads();
   }
-  // Q's staging is free for the producer's widened tiles. A sync, not an
-  // arrive as in the loop: both order the reads, but racecheck takes only
-  // a sync for ordering (it reported this hand-off), and once a block the
-  // wait costs nothing.
-  if constexpr (C::kProducer) named_barrier_sync(kStagingFreeBarrier, C::kBlockThreads);
+  // Q's staging is free for the producer's widened tiles: the block's one
+  // __syncthreads (an arrive would order the reads as well, but racecheck
+  // reported the hand-off as a race then; once a block the wait costs nothing).
+  if constexpr (C::kProducer) __syncthreads();
 
   // fp8 KV runs the matrix steps in fp16, whatever Q's type: one
   // cvt.rn.f16x2.e4m3x2 widens two values exactly, where bf16 takes four
