@@ -156,11 +156,12 @@ enum KvKind { kKvSameAsQ = 0, kKvFp8 = 1 };
 enum EngineKind { kEngineMmaSync = 0, kEngineWgmma = 1 };
 
 constexpr int kThreads = 256;  // the matrix warpgroups' threads (every thread but a producer's)
-// Named barriers of the producer build (0 is __syncthreads', which hands
-// over Q's staging region, reused by the widened tiles): the matrix
-// warpgroups' own, and per widened tile "full" (the producer arrives, the
+// Named barriers of the producer build (0 is __syncthreads'): the matrix
+// warpgroups' own, the handover of Q's staging region (which the widened
+// tiles reuse), and per widened tile "full" (the producer arrives, the
 // matrix warpgroups wait) and "empty" (the other way round).
 constexpr int kMatrixBarrier = 1;
+constexpr int kStagingFreeBarrier = 2;
 constexpr int kFullBarrier0 = 3;
 constexpr int kEmptyBarrier0 = 6;
 // Registers per thread after setmaxnreg: the matrix warpgroups take what the
@@ -468,12 +469,18 @@ __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 // Named barriers: `threads` threads (whole warps) take part; sync waits for
-// them all, arrive only counts this warp in (producer and consumer hand-over).
+// them all, arrive only counts this warp in. bar.sync is barrier.sync
+// .aligned, for threads that all reach the same instruction (the matrix
+// warpgroups' own barrier); the producer and the matrix warpgroups meet
+// at different instructions, which takes the unaligned forms.
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
-__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+__device__ __forceinline__ void handover_sync(int id, int threads) {
+  asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void handover_arrive(int id, int threads) {
+  asm volatile("barrier.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 // setmaxnreg: a whole warpgroup moves its registers per thread to N (ptxas
 // allocates the code after it within N; needs the launch bounds' count).
@@ -859,7 +866,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       }
       int pages[2] = {page_of(R - 1, row), page_of(R - 1, row + 16)};
       // Q's register columns are staged where the widened tiles go.
-      __syncthreads();
+      handover_sync(kStagingFreeBarrier, C::kBlockThreads);
       int ring = 0;  // tile t % R
       for (int t = 0; t < n_tiles; ++t) {
         // Tile t + R - 1 into the stage of tile t - 1, which this thread has widened.
@@ -872,10 +879,10 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
         cp_async_wait<R - 1>();  // this thread's copies of tile t
         // Tile t - R's widened tile is free once every matrix thread's
         // P V(t - R) has completed.
-        if (t >= R) named_barrier_sync(kEmptyBarrier0 + ring, C::kBlockThreads);
+        if (t >= R) handover_sync(kEmptyBarrier0 + ring, C::kBlockThreads);
         widen_rows(stage_s + ring * C::kStageBytes, wide_s + ring * C::kTileBytes16);
         fence_proxy_async();
-        named_barrier_arrive(kFullBarrier0 + ring, C::kBlockThreads);
+        handover_arrive(kFullBarrier0 + ring, C::kBlockThreads);
         ring = ring == R - 1 ? 0 : ring + 1;
       }
       return;
@@ -944,10 +951,9 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     // barrier; with bf16 Q the scaling block below barriers first.
     if constexpr (KV == kKvFp8 && ELEM == kElemFp16 && !C::kProducer) __syncthreads();
   }
-  // Q's staging is free for the producer's widened tiles: the block's one
-  // __syncthreads (an arrive would order the reads as well, but racecheck
-  // reported the hand-off as a race then; once a block the wait costs nothing).
-  if constexpr (C::kProducer) __syncthreads();
+  // Q's staging is free for the producer's widened tiles (a sync, where an
+  // arrive would do: once a block, the wait costs nothing).
+  if constexpr (C::kProducer) handover_sync(kStagingFreeBarrier, C::kBlockThreads);
 
   // fp8 KV runs the matrix steps in fp16, whatever Q's type: one
   // cvt.rn.f16x2.e4m3x2 widens two values exactly, where bf16 takes four
@@ -1114,7 +1120,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
           make_float4(s_acc[4 * q], s_acc[4 * q + 1], s_acc[4 * q + 2], s_acc[4 * q + 3]);
     }
     if constexpr (C::kProducer) {
-      named_barrier_sync(barrier, threads);
+      handover_sync(barrier, threads);
     } else {
       __syncthreads();
     }
@@ -1300,7 +1306,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       // fp8: widened one tile earlier, while S(it) and P V(it - 1) ran).
       if (it == 0) {
         if constexpr (C::kProducer) {
-          named_barrier_sync(kFullBarrier0, C::kBlockThreads);  // tile 0 widened
+          handover_sync(kFullBarrier0, C::kBlockThreads);  // tile 0 widened
         } else {
           if constexpr (KV == kKvFp8) {
             cp_async_wait<C::kStages - 3>();  // tiles 0 and 1
@@ -1328,7 +1334,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
         // This thread's P V(it - 1) has completed: tile it - 1's widened
         // tile is free for the producer's tile it - 1 + W, if there is one.
         constexpr int W = C::kWideTiles;
-        if (it >= 1 && it - 1 + W < n_tiles) named_barrier_arrive(kEmptyBarrier0 + (it - 1) % W, C::kBlockThreads);
+        if (it >= 1 && it - 1 + W < n_tiles) handover_arrive(kEmptyBarrier0 + (it - 1) % W, C::kBlockThreads);
         // The swap's barrier also waits for tile it + 1's widening.
         const bool next = it + 1 < n_tiles;
         add_other_s_half(smem + C::kSOffset + (it & 1) * C::kSwapBytes,
