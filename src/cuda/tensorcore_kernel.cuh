@@ -168,6 +168,11 @@ constexpr int kEmptyBarrier0 = 6;
 // producer gives back (2 x 128 x 232 + 128 x 40 = 384 x 168, the launch's share).
 constexpr int kMatrixRegisters = 232;
 constexpr int kProducerRegisters = 40;
+// setmaxnreg.inc waits until the block's pool has the registers: a split
+// above the launch's share would hang every block.
+static_assert(2 * 128 * kMatrixRegisters + 128 * kProducerRegisters <= 384 * ((65536 / 384) & ~7) &&
+                  kMatrixRegisters % 8 == 0 && kProducerRegisters % 8 == 0 && kProducerRegisters >= 24,
+              "the producer build's register split fits the launch's 168 registers a thread");
 constexpr int kTileTokens = 32;
 constexpr int kHeadDim = 576;
 constexpr int kLatent = 512;
