@@ -308,7 +308,8 @@ struct Config {
   // copies with the rest of Q, then ldmatrix into the A layout), in a region
   // no tile uses before the loop's first barrier: the last KV stage (the
   // prologue leaves it empty) and the S-swap buffers after it, or fp8's
-  // widened tiles. Four-byte global loads straight into the A layout (48
+  // widened tiles (in the producer build, handed to the producer by
+  // barrier kStagingFreeBarrier). Four-byte global loads straight into the A layout (48
   // per thread) filled the load queue (ncu, session 7) and cost 4% on
   // blocks of 2 to 32 tiles (session 9).
   static constexpr int kQStageBytes = M * 128 * kQRegBlocks;
@@ -654,7 +655,8 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   // tiles: S(it + 1) is issued before the softmax of tile it and P V(it)
   // right behind it, so the tensor cores work through the softmax and one
   // round trip of wgmma issue and wait per tile disappears; fp8 widens tile
-  // it + 2 while both are in flight. Until session 12, 16-bit KV in pages
+  // it + 2 while both are in flight (the old loop; the producer build's
+  // producer widens up to three tiles ahead). Until session 12, 16-bit KV in pages
   // under 8 tokens kept a serial order (issue, wait, softmax, issue, wait):
   // the overlap, which waits for tile it + 1 and so keeps one tile less in
   // flight, measured 6-19% slower there. What it lost to was the page
@@ -952,8 +954,8 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     for (int i = 0; i < C::kQRegSteps; ++i) {
       ldmatrix_x4(q_frag[i], smem + C::kQStageOffset + swizzled(M, a_row, 2 * (2 * i + wg) + (lane >> 4)));
     }
-    // fp8 widens tiles into the staging region before the loop's first
-    // barrier; with bf16 Q the scaling block below barriers first.
+    // The old fp8 loop widens tiles into the staging region before the
+    // loop's first barrier; with bf16 Q the scaling block below barriers first.
     if constexpr (KV == kKvFp8 && ELEM == kElemFp16 && !C::kProducer) __syncthreads();
   }
   // Q's staging is free for the producer's widened tiles (a sync, where an
@@ -1308,9 +1310,14 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       // The tensor cores take S(it + 1) while this tile's softmax runs,
       // then P V(it): S is issued as soon as the swap's barrier has shown
       // that tile it + 1 is in place for every thread (16-bit: landed;
-      // fp8: widened one tile earlier, while S(it) and P V(it - 1) ran).
+      // fp8: widened one tile earlier, while S(it) and P V(it - 1) ran, by
+      // every thread in the old loop, by the producer in its build).
       if (it == 0) {
         if constexpr (C::kProducer) {
+          // Q's shared-memory columns (this thread's copies, and bf16 Q's
+          // rescaled stores) are read by the async proxy from here on;
+          // the producer fences its own widened tiles.
+          fence_proxy_async();
           handover_sync(kFullBarrier0, C::kBlockThreads);  // tile 0 widened
         } else {
           if constexpr (KV == kKvFp8) {
