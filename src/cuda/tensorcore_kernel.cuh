@@ -731,64 +731,63 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   constexpr bool kPairedRows = KV == kKvFp8 && C::kWgmma;
   const int load_tok = kPairedRows ? 4 * warp + 2 * (lane >> 4) + ((lane >> 2) & 1) : tid >> 3;
   const int load_sub = kPairedRows ? (lane & 3) + 4 * ((lane >> 3) & 1) : sub;
-  auto lookup = [&](int tile, int tok) {
-    const int pos = w.kv_begin + tile * T + tok;
+  auto lookup = [&](int tile) {
+    const int pos = w.kv_begin + tile * T + load_tok;
     if constexpr (kWidenAtCopy) {
       return pos < w.kv_end ? page_row[pos / PAGE] : -1;
     } else {
       return pos < w.kv_end ? static_cast<long long>(page_row[pos / PAGE]) * PAGE + pos % PAGE : -1LL;
     }
   };
-  typedef decltype(lookup(0, 0)) Entry;
-  auto slot_of = [&](int tile, Entry entry, int tok) -> long long {
+  typedef decltype(lookup(0)) Entry;
+  auto slot_of = [&](int tile, Entry entry) -> long long {
     if constexpr (kWidenAtCopy) {
-      return entry < 0 ? -1 : static_cast<long long>(entry) * PAGE + (w.kv_begin + tile * T + tok) % PAGE;
+      return entry < 0 ? -1 : static_cast<long long>(entry) * PAGE + (w.kv_begin + tile * T + load_tok) % PAGE;
     } else {
       return entry;
     }
   };
-  // Gathers a copy thread's share of a KV tile (row `tok` at `slot`, chunks
-  // sub + 8 k) into `stage`.
-  auto load_tile = [&](long long slot, int stage, int tok, int sub) {
+  // Gathers this thread's share of a KV tile (its row at `slot`) into `stage`.
+  auto load_tile = [&](long long slot, int stage) {
     const bool valid = slot >= 0;
     if (!valid) slot = 0;
     unsigned char* dst = stage_s + stage * C::kStageBytes;
     if constexpr (KV == kKvFp8) {
-      const unsigned char* src = pool + slot * kHeadDim + sub * 16;
+      const unsigned char* src = pool + slot * kHeadDim + load_sub * 16;
 #pragma unroll
       for (int k = 0; k < (kHeadDim / 16 + 7) / 8; ++k) {
-        if (sub + 8 * k < kHeadDim / 16) {
-          cp_async_16(dst + fp8_chunk_offset<C::kWgmma>(tok, sub + 8 * k), src + 128 * k, valid);
+        if (load_sub + 8 * k < kHeadDim / 16) {
+          cp_async_16(dst + fp8_chunk_offset<C::kWgmma>(load_tok, load_sub + 8 * k), src + 128 * k, valid);
         }
       }
     } else {
-      const unsigned char* src = pool + slot * kRowBytes16 + sub * 16;
+      const unsigned char* src = pool + slot * kRowBytes16 + load_sub * 16;
 #pragma unroll
       for (int k = 0; k < kChunksPerRow / 8; ++k) {
-        cp_async_16(dst + swizzled(T, tok, sub + 8 * k), src + 128 * k, valid);
+        cp_async_16(dst + swizzled(T, load_tok, load_sub + 8 * k), src + 128 * k, valid);
       }
     }
   };
 
-  // fp8: widens a copy thread's share of KV tile `tile` (exactly the chunks
+  // fp8: widens this thread's share of KV tile `tile` (exactly the chunks
   // its own copies brought, so only its own copies need to have landed)
   // into the 16-bit swizzled tile at `wide`.
-  auto widen_tile = [&](int tile, unsigned char* wide, int tok, int sub) {
+  auto widen_tile = [&](int tile, unsigned char* wide) {
     const unsigned char* raw = stage_s + (tile % C::kStages) * C::kStageBytes;
 #pragma unroll
     for (int k = 0; k < (kHeadDim / 16 + 7) / 8; ++k) {
-      const int c = sub + 8 * k;
+      const int c = load_sub + 8 * k;
       if (c < kHeadDim / 16) {
-        const uint4 bytes = *reinterpret_cast<const uint4*>(raw + fp8_chunk_offset<C::kWgmma>(tok, c));
+        const uint4 bytes = *reinterpret_cast<const uint4*>(raw + fp8_chunk_offset<C::kWgmma>(load_tok, c));
         const u32 words[4] = {bytes.x, bytes.y, bytes.z, bytes.w};
         u32 pairs[8];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           widen_fp8x4(words[i], pairs[2 * i], pairs[2 * i + 1]);
         }
-        *reinterpret_cast<uint4*>(wide + swizzled(T, tok, 2 * c)) =
+        *reinterpret_cast<uint4*>(wide + swizzled(T, load_tok, 2 * c)) =
             make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
-        *reinterpret_cast<uint4*>(wide + swizzled(T, tok, 2 * c + 1)) =
+        *reinterpret_cast<uint4*>(wide + swizzled(T, load_tok, 2 * c + 1)) =
             make_uint4(pairs[4], pairs[5], pairs[6], pairs[7]);
       }
     }
@@ -799,6 +798,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     if constexpr (C::kWideTiles > 0) return wide_s + (tile % kRing) * C::kTileBytes16;
     return stage_s + (tile % C::kStages) * C::kStageBytes;
   };
+
   if constexpr (C::kProducer) {
     if (tid >= kThreads) {
       // The producer copies and widens every tile of the item, rows `row`
@@ -910,11 +910,11 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   } else {
 #pragma unroll
     for (int s = 0; s < kAhead; ++s) {
-      if (s < n_copied) load_tile(slot_of(s, lookup(s, load_tok), load_tok), s, load_tok, load_sub);
+      if (s < n_copied) load_tile(slot_of(s, lookup(s)), s);
       cp_async_commit();  // Q travels in the first group
     }
 #pragma unroll
-    for (int s = 0; s < kSub; ++s) next_entry[s] = lookup(kAhead + s, load_tok);
+    for (int s = 0; s < kSub; ++s) next_entry[s] = lookup(kAhead + s);
   }
   // The matrix threads' commit groups in front of Q's that may be in flight.
   constexpr int kAfterQ = C::kProducer ? 0 : kAhead - 1;
@@ -1148,9 +1148,9 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     if constexpr (!C::kProducer) {
       auto issue = [&](int s) {
         const int next = it + kAhead + s;
-        if (next < n_copied) load_tile(slot_of(next, next_entry[s], load_tok), next % C::kStages, load_tok, load_sub);
+        if (next < n_copied) load_tile(slot_of(next, next_entry[s]), next % C::kStages);
         cp_async_commit();
-        next_entry[s] = lookup(next + kSub, load_tok);
+        next_entry[s] = lookup(next + kSub);
       };
       issue(0);
       if constexpr (kSub == 2) issue(1);
@@ -1322,8 +1322,8 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
         } else {
           if constexpr (KV == kKvFp8) {
             cp_async_wait<C::kStages - 3>();  // tiles 0 and 1
-            widen_tile(0, mma_tile(0), load_tok, load_sub);
-            if (n_tiles > 1) widen_tile(1, mma_tile(1), load_tok, load_sub);
+            widen_tile(0, mma_tile(0));
+            if (n_tiles > 1) widen_tile(1, mma_tile(1));
           } else {
             cp_async_wait<C::kStages - 2>();
           }
@@ -1363,7 +1363,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
         // two tiles ago; only tile it + 3's may still be in flight.
         if (it + 2 < n_tiles) {
           cp_async_wait<1>();
-          widen_tile(it + 2, mma_tile(it + 2), load_tok, load_sub);
+          widen_tile(it + 2, mma_tile(it + 2));
           fence_proxy_async();
         }
       }
