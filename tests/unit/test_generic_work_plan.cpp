@@ -13,6 +13,7 @@
 
 #include "cuda/block_schedule.hpp"
 #include "cuda/generic_work_plan.hpp"
+#include "support/plan_checks.hpp"
 #include "synthetic_batch.hpp"
 
 namespace helixmla::cuda {
@@ -94,14 +95,7 @@ TEST(GenericWorkPlan, KeptSplitsPastAShortRequestAreEmpty) {
   ASSERT_TRUE(s.kept);
   EXPECT_EQ(s.kept->items.size(), s.prepared.items.size());
   expect_plan_covers(s.next_problem, *s.kept);
-  std::int64_t empty = 0;
-  for (const GenericWorkItem& item : s.kept->items) {
-    if (item.kv_begin == item.kv_end) {
-      EXPECT_EQ(item.request, 2);
-      ++empty;
-    }
-  }
-  EXPECT_GT(empty, 50);
+  EXPECT_GT(testing::empty_items_of(s.kept->items, 2), 50);
 }
 
 TEST(GenericWorkPlan, KeptSplitsAreNotWorthALongRequestInAnUnsplitSlot) {

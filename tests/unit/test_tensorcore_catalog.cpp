@@ -21,6 +21,7 @@
 #include "cuda/tensorcore_plan.hpp"
 #include "cuda/tensorcore_variants.hpp"
 #include "helixmla/error.hpp"
+#include "support/plan_checks.hpp"
 #include "synthetic_batch.hpp"
 
 namespace helixmla::cuda {
@@ -509,15 +510,7 @@ TEST(TensorcorePlan, KeptSplitsPastAShortRequestAreEmpty) {
   ASSERT_TRUE(s.kept);
   expect_same_grid(*s.kept, s.prepared);
   expect_plan_covers(s.next_problem, *s.kept);
-  std::int64_t empty = 0;
-  for (const helixmla_tc::WorkItem& item : s.kept->items) {
-    EXPECT_LE(item.kv_begin, item.kv_end);
-    if (item.kv_begin == item.kv_end) {
-      EXPECT_EQ(item.request, 2);
-      ++empty;
-    }
-  }
-  EXPECT_GT(empty, 100);
+  EXPECT_GT(testing::empty_items_of(s.kept->items, 2), 100);
 }
 
 // The long request finished and a new one as long arrived in another slot:
