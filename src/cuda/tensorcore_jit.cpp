@@ -23,6 +23,7 @@ struct DriverApi {
   decltype(&cuModuleLoadData) module_load_data = nullptr;
   decltype(&cuModuleGetFunction) module_get_function = nullptr;
   decltype(&cuFuncSetAttribute) func_set_attribute = nullptr;
+  decltype(&cuFuncGetAttribute) func_get_attribute = nullptr;
   decltype(&cuLaunchKernel) launch_kernel = nullptr;
 };
 
@@ -45,6 +46,7 @@ const DriverApi& driver() {
     resolve("cuModuleLoadData", a.module_load_data);
     resolve("cuModuleGetFunction", a.module_get_function);
     resolve("cuFuncSetAttribute", a.func_set_attribute);
+    resolve("cuFuncGetAttribute", a.func_get_attribute);
     resolve("cuLaunchKernel", a.launch_kernel);
     return a;
   }();
@@ -108,6 +110,12 @@ CUfunction tensorcore_jit_function(const TensorcoreVariant& variant, int smem_by
                "cuFuncSetAttribute");
   loaded.emplace(key, function);  // modules stay loaded for the life of the process
   return function;
+}
+
+int jit_kernel_registers(CUfunction function) {
+  int registers = 0;
+  check_driver(driver().func_get_attribute(&registers, CU_FUNC_ATTRIBUTE_NUM_REGS, function), "cuFuncGetAttribute");
+  return registers;
 }
 
 void launch_jit_kernel(CUfunction function, unsigned blocks, int threads, int smem_bytes, cudaStream_t stream,

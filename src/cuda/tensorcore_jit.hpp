@@ -23,6 +23,9 @@ NvrtcProgram tensorcore_jit_program(const TensorcoreVariant& variant, const std:
 // RuntimeFailure when NVRTC or the driver fails.
 CUfunction tensorcore_jit_function(const TensorcoreVariant& variant, int smem_bytes);
 
+// Registers per thread the loaded kernel was built with.
+int jit_kernel_registers(CUfunction function);
+
 // cuLaunchKernel on `stream` with `threads` threads per block (the
 // variant's block_threads()).
 void launch_jit_kernel(CUfunction function, unsigned blocks, int threads, int smem_bytes, cudaStream_t stream,

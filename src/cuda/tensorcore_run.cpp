@@ -38,6 +38,18 @@ struct Kernel {
   int threads = 0;
 };
 
+// A producer kernel's setmaxnreg split needs the launch's whole register
+// share at entry: with fewer, the matrix warpgroups' setmaxnreg.inc would
+// wait forever, so a build that gave fewer is refused here, not hung.
+void check_producer_registers(const TensorcoreVariant& variant, const Kernel& k, int registers) {
+  if (k.threads > helixmla_tc::kThreads && registers < helixmla_tc::kProducerLaunchRegisters) {
+    throw RuntimeFailure(fmt::format(
+        "tensor-core variant {} was built with {} registers a thread; its producer warpgroup's register "
+        "split needs {} (a launch would hang)",
+        variant.name(), registers, helixmla_tc::kProducerLaunchRegisters));
+  }
+}
+
 Kernel kernel_for(const TensorcoreVariant& variant) {
   Kernel k;
   k.smem_bytes = variant.smem_bytes();
@@ -45,7 +57,10 @@ Kernel kernel_for(const TensorcoreVariant& variant) {
   if (const void* stub = tensorcore_precompiled_kernel(variant)) {
     HELIXMLA_CUDA_CHECK(
         cudaFuncSetAttribute(stub, cudaFuncAttributeMaxDynamicSharedMemorySize, k.smem_bytes));
+    cudaFuncAttributes attributes{};
+    HELIXMLA_CUDA_CHECK(cudaFuncGetAttributes(&attributes, stub));
     k.stub = stub;
+    check_producer_registers(variant, k, attributes.numRegs);
     return k;
   }
   if (variant.precompiled()) {
@@ -53,6 +68,7 @@ Kernel kernel_for(const TensorcoreVariant& variant) {
                          " is listed as precompiled but missing from the library");
   }
   k.function = tensorcore_jit_function(variant, k.smem_bytes);
+  check_producer_registers(variant, k, jit_kernel_registers(k.function));
   return k;
 }
 
