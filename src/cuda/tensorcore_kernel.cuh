@@ -71,21 +71,18 @@ namespace helixmla_tc {
 
 // k16 steps of S per warpgroup that take Q from registers (Config::
 // kQRegSteps), by KV kind; defined on the command line for A/B runs
-// (scripts/gpu-check.sh variants). Both take 16, which leaves one 64-column
-// block of Q in shared memory: fp8 for its three widened tiles; 16-bit KV
-// because the serial loop that pages under 8 ran until session 12 waited
-// on each S, whose shared-memory Q reads 16 steps shorten (case 16 432 ->
-// 405-408 us, session 11; session 6 had found 12 best at page 64, where 16
-// measures the same).
+// (scripts/gpu-check.sh variants). 16-bit KV takes 16, which leaves one
+// 64-column block of Q in shared memory, because the serial loop that
+// pages under 8 ran until session 12 waited on each S, whose shared-memory
+// Q reads 16 steps shorten (case 16 432 -> 405-408 us, session 11; session
+// 6 had found 12 best at page 64, where 16 measures the same). fp8 KV's
+// matrix warpgroups have 232 registers (the producer warpgroup has the
+// rest), not 255: at 16 steps ptxas serialises the wgmmas, at 12 not.
 #ifndef HELIXMLA_TC_Q_REG_STEPS_16BIT
 #define HELIXMLA_TC_Q_REG_STEPS_16BIT 16
 #endif
 #ifndef HELIXMLA_TC_Q_REG_STEPS_FP8
-#define HELIXMLA_TC_Q_REG_STEPS_FP8 16
-#endif
-// The producer build's matrix warpgroups have 232 registers, not 255.
-#ifndef HELIXMLA_TC_Q_REG_STEPS_FP8_PRODUCER
-#define HELIXMLA_TC_Q_REG_STEPS_FP8_PRODUCER 12
+#define HELIXMLA_TC_Q_REG_STEPS_FP8 12
 #endif
 
 // 16-row fp8 tiles: KV stages, blocks per SM, and whether each warp keeps
@@ -130,17 +127,6 @@ namespace helixmla_tc {
 #ifndef HELIXMLA_TC_WGMMA_16BIT_STAGES
 #define HELIXMLA_TC_WGMMA_16BIT_STAGES 4
 #endif
-// fp8 KV on wgmma: 1 gives the block a third warpgroup, the producer,
-// which issues the KV copies and widens each tile into the 16-bit tiles
-// the matrix steps read, handing them over through named barriers; the two
-// matrix warpgroups' loop then holds no copies and no widening (session 13
-// found the widening a quarter of the loop's samples and its 2735 cycles a
-// tile against 2083 for 16-bit KV). setmaxnreg gives the matrix
-// warpgroups the producer's registers. 0: every thread copies and widens
-// between its matrix steps, as before session 21.
-#ifndef HELIXMLA_TC_FP8_PRODUCER
-#define HELIXMLA_TC_FP8_PRODUCER 1
-#endif
 // Lazy rescaling (exp2 units): a row's reference maximum moves only when a
 // tile's maximum passes it by more than this, so O's rescale (and, on the
 // 16-row kernel, the work around it) is skipped on almost every tile after
@@ -156,7 +142,7 @@ enum KvKind { kKvSameAsQ = 0, kKvFp8 = 1 };
 enum EngineKind { kEngineMmaSync = 0, kEngineWgmma = 1 };
 
 constexpr int kThreads = 256;  // the matrix warpgroups' threads (every thread but a producer's)
-// Named barriers of the producer build (0 is __syncthreads'): the matrix
+// Named barriers of the producer build (fp8 KV on wgmma; 0 is __syncthreads'): the matrix
 // warpgroups' own, Q's staging region (which the widened tiles reuse; the
 // whole block meets there twice: once Q has landed, once it is free), and
 // per widened tile "full" (the producer arrives, the matrix warpgroups
@@ -233,8 +219,14 @@ struct Config {
                 "a two-block build exists for 32-row fp8 tiles only");
   static constexpr bool kTwoBlockBuild = BLOCKS == 2;
   static constexpr bool kWgmma = ENGINE == kEngineWgmma;
-  // A producer warpgroup (HELIXMLA_TC_FP8_PRODUCER) after the matrix threads.
-  static constexpr bool kProducer = kWgmma && KV == kKvFp8 && HELIXMLA_TC_FP8_PRODUCER;
+  // fp8 KV on wgmma: a third warpgroup, the producer, after the matrix
+  // threads. It issues the KV copies and widens each tile into the 16-bit
+  // tiles the matrix steps read, handing them over through named barriers,
+  // so the matrix warpgroups' loop holds no copies and no widening (session
+  // 13 found the widening a quarter of the loop's samples and 2735 cycles a
+  // tile against 2083 for 16-bit KV; session 21: case 10 410 -> 357 us).
+  // setmaxnreg gives the matrix warpgroups the producer's registers.
+  static constexpr bool kProducer = kWgmma && KV == kKvFp8;
   static constexpr int kBlockThreads = kProducer ? kThreads + 128 : kThreads;
   static constexpr int kMTiles = M / 16;
   static constexpr int kWarpsK = kWgmma ? 2 : 4 / kMTiles;  // partial S sums per tile
@@ -257,17 +249,17 @@ struct Config {
   // cycle shared memory delivers; from registers it reads 1 KB. Those Q
   // columns (whole 64-column blocks: the two warpgroups take alternate
   // steps) are never stored in shared memory, which makes room for a
-  // fourth KV stage (fp8; 16-bit could take a fifth, see the knob).
+  // fourth 16-bit KV stage (a fifth would fit, see the knob) and for fp8's
+  // three raw stages beside its three widened tiles.
   static constexpr int kQRegSteps =
-      kWgmma ? (KV == kKvFp8 ? (kProducer ? HELIXMLA_TC_Q_REG_STEPS_FP8_PRODUCER : HELIXMLA_TC_Q_REG_STEPS_FP8)
-                             : HELIXMLA_TC_Q_REG_STEPS_16BIT)
-             : 0;
+      kWgmma ? (KV == kKvFp8 ? HELIXMLA_TC_Q_REG_STEPS_FP8 : HELIXMLA_TC_Q_REG_STEPS_16BIT) : 0;
   static_assert(kQRegSteps % 2 == 0 && kQRegSteps <= 36 / kWarpsK, "Q registers cover whole 64-column blocks");
   static constexpr int kQRegBlocks = kQRegSteps / 2;
   static constexpr int kStages =
       M == 16   ? (KV == kKvFp8 ? HELIXMLA_TC_M16_FP8_STAGES : 2)
       : M == 32 ? (kTwoBlockBuild ? 3 : 4)
-                : (kWgmma && KV != kKvFp8 ? HELIXMLA_TC_WGMMA_16BIT_STAGES : (KV == kKvFp8 ? (kProducer ? 3 : 4) : 3));
+      : kWgmma  ? (KV == kKvFp8 ? 3 : HELIXMLA_TC_WGMMA_16BIT_STAGES)
+                : (KV == kKvFp8 ? 4 : 3);
   static constexpr int kBlocksPerSm =
       M == 16 ? (KV == kKvFp8 ? HELIXMLA_TC_M16_FP8_BLOCKS_PER_SM : 2) : (kTwoBlockBuild ? 2 : 1);
   static_assert(kStages >= 2 * kTilesPerStep, "the ring holds a step's tiles and the next step's copies");
@@ -312,10 +304,10 @@ struct Config {
   // copies with the rest of Q, then ldmatrix into the A layout), in a region
   // no tile uses before the loop's first barrier: the last KV stage (the
   // prologue leaves it empty) and the S-swap buffers after it, or fp8's
-  // widened tiles (in the producer build, handed to the producer by
-  // barrier kQStagingBarrier). Four-byte global loads straight into the A layout (48
-  // per thread) filled the load queue (ncu, session 7) and cost 4% on
-  // blocks of 2 to 32 tiles (session 9).
+  // widened tiles (handed to the producer by barrier kQStagingBarrier).
+  // Four-byte global loads straight into the A layout (48 per thread) filled
+  // the load queue (ncu, session 7) and cost 4% on blocks of 2 to 32 tiles
+  // (session 9).
   static constexpr int kQStageBytes = M * 128 * kQRegBlocks;
   static constexpr int kQStageOffset = KV == kKvFp8 ? kWideOffset : kStageOffset + (kStages - 1) * kStageBytes;
   static_assert(kQStageOffset + kQStageBytes <= kRowInfoOffset, "Q's staging fits before the row information");
@@ -658,9 +650,8 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   // The wgmma loop is split into its steps so that they overlap across
   // tiles: S(it + 1) is issued before the softmax of tile it and P V(it)
   // right behind it, so the tensor cores work through the softmax and one
-  // round trip of wgmma issue and wait per tile disappears; fp8 widens tile
-  // it + 2 while both are in flight (the old loop; the producer build's
-  // producer widens up to three tiles ahead). Until session 12, 16-bit KV in pages
+  // round trip of wgmma issue and wait per tile disappears; with fp8 KV the
+  // producer warpgroup widens up to three tiles ahead. Until session 12, 16-bit KV in pages
   // under 8 tokens kept a serial order (issue, wait, softmax, issue, wait):
   // the overlap, which waits for tile it + 1 and so keeps one tile less in
   // flight, measured 6-19% slower there. What it lost to was the page
@@ -773,29 +764,6 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     }
   };
 
-  // fp8: widens this thread's share of KV tile `tile` (exactly the chunks
-  // its own copies brought, so only its own copies need to have landed)
-  // into the 16-bit swizzled tile at `wide`.
-  auto widen_tile = [&](int tile, unsigned char* wide) {
-    const unsigned char* raw = stage_s + (tile % C::kStages) * C::kStageBytes;
-#pragma unroll
-    for (int k = 0; k < (kHeadDim / 16 + 7) / 8; ++k) {
-      const int c = load_sub + 8 * k;
-      if (c < kHeadDim / 16) {
-        const uint4 bytes = *reinterpret_cast<const uint4*>(raw + fp8_chunk_offset<C::kWgmma>(load_tok, c));
-        const u32 words[4] = {bytes.x, bytes.y, bytes.z, bytes.w};
-        u32 pairs[8];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          widen_fp8x4(words[i], pairs[2 * i], pairs[2 * i + 1]);
-        }
-        *reinterpret_cast<uint4*>(wide + swizzled(T, load_tok, 2 * c)) =
-            make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
-        *reinterpret_cast<uint4*>(wide + swizzled(T, load_tok, 2 * c + 1)) =
-            make_uint4(pairs[4], pairs[5], pairs[6], pairs[7]);
-      }
-    }
-  };
   // The 16-bit tile the wgmma loop's matrix steps read for tile `tile`.
   auto mma_tile = [&](int tile) -> unsigned char* {
     constexpr int kRing = C::kWideTiles > 0 ? C::kWideTiles : 1;  // no % 0 where there are none
@@ -971,9 +939,6 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     for (int i = 0; i < C::kQRegSteps; ++i) {
       ldmatrix_x4(q_frag[i], smem + C::kQStageOffset + swizzled(M, a_row, 2 * (2 * i + wg) + (lane >> 4)));
     }
-    // The old fp8 loop widens tiles into the staging region before the
-    // loop's first barrier; with bf16 Q the scaling block below barriers first.
-    if constexpr (KV == kKvFp8 && ELEM == kElemFp16 && !C::kProducer) __syncthreads();
   }
   // Q's staging is free for the producer's widened tiles (a sync, where an
   // arrive would do: once a block, the wait costs nothing).
@@ -1327,8 +1292,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       // The tensor cores take S(it + 1) while this tile's softmax runs,
       // then P V(it): S is issued as soon as the swap's barrier has shown
       // that tile it + 1 is in place for every thread (16-bit: landed;
-      // fp8: widened one tile earlier, while S(it) and P V(it - 1) ran, by
-      // every thread in the old loop, by the producer in its build).
+      // fp8: widened by the producer warpgroup).
       if (it == 0) {
         if constexpr (C::kProducer) {
           // Q's shared-memory columns (this thread's copies, and bf16 Q's
@@ -1337,13 +1301,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
           fence_proxy_async();
           handover_sync(kFullBarrier0, C::kBlockThreads);  // tile 0 widened
         } else {
-          if constexpr (KV == kKvFp8) {
-            cp_async_wait<C::kStages - 3>();  // tiles 0 and 1
-            widen_tile(0, mma_tile(0));
-            if (n_tiles > 1) widen_tile(1, mma_tile(1));
-          } else {
-            cp_async_wait<C::kStages - 2>();
-          }
+          cp_async_wait<C::kStages - 2>();
           fence_proxy_async();
           __syncthreads();
         }
@@ -1374,16 +1332,6 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       if (it + 1 < n_tiles) issue_s(mma_tile(it + 1), s_next);
       load_ahead(it);  // past the barrier, every P V(it - 1) has completed
       softmax_and_issue_pv(mma_tile(it), it);
-      if constexpr (KV == kKvFp8 && !C::kProducer) {
-        // Tile it + 2 into the widened tile of it - 1: past the barrier,
-        // every thread's P V(it - 1) has completed. Its copies were issued
-        // two tiles ago; only tile it + 3's may still be in flight.
-        if (it + 2 < n_tiles) {
-          cp_async_wait<1>();
-          widen_tile(it + 2, mma_tile(it + 2));
-          fence_proxy_async();
-        }
-      }
     } else {
       cp_async_wait<C::kStages - 2 * kSub>();  // the step's tiles
       __syncthreads();
