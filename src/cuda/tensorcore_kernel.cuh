@@ -142,11 +142,11 @@ enum KvKind { kKvSameAsQ = 0, kKvFp8 = 1 };
 enum EngineKind { kEngineMmaSync = 0, kEngineWgmma = 1 };
 
 constexpr int kThreads = 256;  // the matrix warpgroups' threads (every thread but a producer's)
-// Named barriers of the producer build (fp8 KV on wgmma; 0 is __syncthreads'): the matrix
-// warpgroups' own, Q's staging region (which the widened tiles reuse; the
-// whole block meets there twice: once Q has landed, once it is free), and
-// per widened tile "full" (the producer arrives, the matrix warpgroups
-// wait) and "empty" (the other way round).
+// Named barriers of the producer build (fp8 KV on wgmma; 0 is
+// __syncthreads'): the matrix warpgroups' own, Q's staging region (which
+// the widened tiles reuse; the whole block meets there twice: once Q has
+// landed, once it is free), and per widened tile "full" (the producer
+// arrives, the matrix warpgroups wait) and "empty" (the other way round).
 constexpr int kMatrixBarrier = 1;
 constexpr int kQStagingBarrier = 2;
 constexpr int kFullBarrier0 = 3;
@@ -651,13 +651,13 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   // tiles: S(it + 1) is issued before the softmax of tile it and P V(it)
   // right behind it, so the tensor cores work through the softmax and one
   // round trip of wgmma issue and wait per tile disappears; with fp8 KV the
-  // producer warpgroup widens up to three tiles ahead. Until session 12, 16-bit KV in pages
-  // under 8 tokens kept a serial order (issue, wait, softmax, issue, wait):
-  // the overlap, which waits for tile it + 1 and so keeps one tile less in
-  // flight, measured 6-19% slower there. What it lost to was the page
-  // table: a fresh line per tile whose load stalled the loop at once (see
-  // lookup below); with that fixed the overlap is faster at every page
-  // size (case 16 401.7 -> 341.5 us).
+  // producer warpgroup widens up to three tiles ahead. Until session 12,
+  // 16-bit KV in pages under 8 tokens kept a serial order (issue, wait,
+  // softmax, issue, wait): the overlap, which waits for tile it + 1 and so
+  // keeps one tile less in flight, measured 6-19% slower there. What it
+  // lost to was the page table: a fresh line per tile whose load stalled
+  // the loop at once (see lookup below); with that fixed the overlap is
+  // faster at every page size (case 16 401.7 -> 341.5 us).
   //
   // The softmax of the 16-bit loop takes maxima of the unscaled S (the
   // scale is positive), folds the scale into each exponent's FFMA and masks
