@@ -1,14 +1,20 @@
 // Does compute-sanitizer racecheck see a named-barrier hand-off between
 // warpgroups? The tensor-core kernel's producer build hands Q's staging
 // region from the matrix warpgroups (cp.async in, ldmatrix out) to the
-// producer warpgroup (st.shared after the barrier), and racecheck flags
+// producer warpgroup (st.shared after the barrier), and racecheck flagged
 // the pair. This probe repeats that pattern alone, with one ingredient
-// changed per kernel, so that the tool's verdict can be read per variant:
+// changed per kernel, so that the tool's verdict can be read per variant
+// (an argument runs that variant alone; racecheck's summary is per process):
 //   nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o probe racecheck_handover.cu
-//   compute-sanitizer --tool racecheck ./probe
+//   for v in 0 1 2 3 4 5 6 7 8 9; do compute-sanitizer --tool racecheck ./probe $v; done
 // Each variant also checks its own result (every thread's loaded words
 // must be the values copied in, not the producer's), so a real overlap
 // would show as a wrong count, not only as a tool report.
+// Found with racecheck 2025.3.1 on an H200 (session 22): every variant
+// whose readers passed a barrier of part of the block (bar.sync 1, 256)
+// before reading is reported, even variant 7, whose threads read only
+// their own words; variants 6 and 8, without that barrier, are clean; no
+// variant ever reads a producer value.
 #include <cstdio>
 #include <cstdint>
 #include <cstdlib>
