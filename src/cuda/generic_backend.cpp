@@ -169,8 +169,7 @@ void upload_metadata(RunMemory& memory, const GenericLaunch& g, const Problem& p
 // A prepared phase: its memory (run_memory.hpp), workspace and launch.
 class GenericRun final : public LayerBoundRun {
  public:
-  explicit GenericRun(const Problem& phase)
-      : LayerBoundRun(phase, kAlignment) {}
+  explicit GenericRun(const Problem& phase) : LayerBoundRun(phase, kAlignment) {}
 
   // The workspace (the caller's, or the run's own of `bytes`) and the
   // planned launch of `phase` placed there, its metadata uploaded.
@@ -311,7 +310,8 @@ class GenericBackend final : public Backend {
     }
     configure_generic_attention(phase.q_dtype, phase.kv.dtype);
     auto run = std::make_unique<GenericRun>(phase);
-    run->take(phase, std::move(planned), workspace.data, workspace.data != nullptr ? workspace.bytes : needed, stream);
+    run->take(phase, std::move(planned), workspace.data, workspace.data != nullptr ? workspace.bytes : needed,
+              stream);
     return run;
   }
 

@@ -141,14 +141,11 @@ std::int32_t parallel_blocks(const Problem& phase, const TensorcoreVariant& vari
   return tensorcore_block_slots(device_sm_count(phase.location.device), variant);
 }
 
-
 // A prepared phase: its memory (run_memory.hpp), workspace and launch.
 class TensorcoreRun final : public LayerBoundRun {
  public:
   TensorcoreRun(const Problem& phase, const TensorcoreVariant& variant, Kernel kernel)
-      : LayerBoundRun(phase, kAlignment),
-        variant_(variant),
-        kernel_(kernel) {}
+      : LayerBoundRun(phase, kAlignment), variant_(variant), kernel_(kernel) {}
 
   // The workspace (the caller's, or the run's own of `bytes`) and the
   // launch of `phase` under `plan` with its metadata there, uploaded.
