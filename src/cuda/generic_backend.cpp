@@ -18,7 +18,6 @@
 #include "cuda/generic_kernel.cuh"
 #include "cuda/generic_work_plan.hpp"
 #include "cuda/layer_bound_run.hpp"
-#include "cuda/run_memory.hpp"
 #include "cuda/sm_count.hpp"
 #include "cuda/split_combine.hpp"
 #include "helixmla/error.hpp"
@@ -151,11 +150,9 @@ bool same_launch(const GenericLaunch& a, const GenericLaunch& b) {
          same_combine_launch(a.combine, b.combine);
 }
 
-// Stages the plan's metadata and the phase's page table, and enqueues their
-// copy to `base`.
-void upload_metadata(RunMemory& memory, const GenericLaunch& g, const Problem& phase, unsigned char* base,
-                     void* stream) {
-  unsigned char* staging = memory.staging(g.layout.metadata_bytes);
+// Writes the plan's metadata and the phase's page table at their offsets of
+// the launch's layout.
+void stage_metadata(unsigned char* staging, const GenericLaunch& g, const Problem& phase) {
   const auto stage = [&](std::size_t offset, const auto& values) {
     if (!values.empty()) std::memcpy(staging + offset, values.data(), values.size() * sizeof(values[0]));
   };
@@ -163,10 +160,9 @@ void upload_metadata(RunMemory& memory, const GenericLaunch& g, const Problem& p
   stage(g.layout.items, g.plan.items);
   stage(g.layout.token_bounds, g.plan.token_bounds);
   stage(g.layout.page_table, phase.page_table);
-  memory.upload(base, g.layout.metadata_bytes, static_cast<cudaStream_t>(stream));
 }
 
-// A prepared phase: its memory (run_memory.hpp), workspace and launch.
+// A prepared phase: its launch.
 class GenericRun final : public LayerBoundRun {
  public:
   explicit GenericRun(const Problem& phase) : LayerBoundRun(phase, kAlignment) {}
@@ -174,11 +170,10 @@ class GenericRun final : public LayerBoundRun {
   // The workspace (the caller's, or the run's own of `bytes`) and the
   // planned launch of `phase` placed there, its metadata uploaded.
   void take(const Problem& phase, GenericLaunch planned, void* given, std::size_t bytes, void* stream) {
-    base_ = static_cast<unsigned char*>(memory_.workspace(given, bytes));
-    capacity_ = bytes;
+    bind_workspace(given, bytes);
     launch_ = std::move(planned);
-    place(launch_, base_);
-    upload_metadata(memory_, launch_, phase, base_, stream);
+    place(launch_, workspace());
+    upload(launch_, phase, stream);
   }
 
  private:
@@ -186,20 +181,24 @@ class GenericRun final : public LayerBoundRun {
     std::optional<GenericLaunch> taken = launch_to_take(next);
     if (!taken) return {};
     return [this, next, g = std::move(*taken)](void* stream) {
-      upload_metadata(memory_, g, next, base_, stream);
+      upload(g, next, stream);
       launch_ = g;
     };
+  }
+  void upload(const GenericLaunch& g, const Problem& phase, void* stream) {
+    upload_metadata(
+        g.layout.metadata_bytes, [&](unsigned char* staging) { stage_metadata(staging, g, phase); }, stream);
   }
 
   // A step's own plan when it launches as the prepared one; else the run's
   // split counts kept for it, when they launch alike and keeping them pays
   // (block_schedule.hpp).
   std::optional<GenericLaunch> launch_to_take(const Problem& next) const {
-    GenericLaunch best = generic_launch_of(next, plan_of(next), base_);
+    GenericLaunch best = generic_launch_of(next, plan_of(next), workspace());
     if (launches_alike(best)) return best;
     std::optional<GenericWorkPlan> kept = plan_generic_work_keeping_splits(next, launch_.plan);
     if (!kept) return std::nullopt;
-    GenericLaunch k = generic_launch_of(next, std::move(*kept), base_);
+    GenericLaunch k = generic_launch_of(next, std::move(*kept), workspace());
     const int sms = device_sm_count(device());
     if (!launches_alike(k) ||
         !keeping_splits_pays(estimated_finish(k.plan, sms), estimated_finish(best.plan, sms))) {
@@ -208,7 +207,7 @@ class GenericRun final : public LayerBoundRun {
     return k;
   }
   bool launches_alike(const GenericLaunch& g) const {
-    return g.layout.total_bytes <= capacity_ && same_launch(g, launch_);
+    return g.layout.total_bytes <= capacity() && same_launch(g, launch_);
   }
 
   void launch(const LayerTensors& layer, void* stream) const override {
@@ -228,10 +227,7 @@ class GenericRun final : public LayerBoundRun {
     launch_split_combine(combine, s);
   }
 
-  unsigned char* base_ = nullptr;
-  std::size_t capacity_ = 0;
   GenericLaunch launch_;
-  RunMemory memory_;
 };
 
 class GenericBackend final : public Backend {

@@ -1,11 +1,13 @@
 // What the CUDA backends' prepared runs share: launch arguments built once,
-// the tensors bound at each launch. enqueue(stream) launches on the layer
+// the tensors bound at each launch, a workspace (the caller's or the run's
+// own) that holds the uploaded metadata. enqueue(stream) launches on the layer
 // the run was prepared for; enqueue(layer) checks another layer's tensors
 // (validate_layer, the backend's alignment) and launches on them.
 #pragma once
 
 #include <cstddef>
 
+#include "cuda/run_memory.hpp"
 #include "helixmla/backend.hpp"
 
 namespace helixmla::cuda {
@@ -41,6 +43,22 @@ class LayerBoundRun : public PreparedRun {
   int device() const { return device_; }
   float softmax_scale() const { return softmax_scale_; }
 
+  // Binds the workspace once, at prepare: the caller's `given` of `bytes`,
+  // or the run's own of `bytes`. A refresh's plan must fit its capacity.
+  void bind_workspace(void* given, std::size_t bytes) {
+    workspace_ = static_cast<unsigned char*>(memory_.workspace(given, bytes));
+    capacity_ = bytes;
+  }
+  unsigned char* workspace() const { return workspace_; }
+  std::size_t capacity() const { return capacity_; }
+  // Fills `bytes` of pinned staging memory with `fill(staging)` and enqueues
+  // their copy to the workspace's start.
+  template <typename Fill>
+  void upload_metadata(std::size_t bytes, Fill&& fill, void* stream) {
+    fill(memory_.staging(bytes));
+    memory_.upload(workspace_, bytes, static_cast<cudaStream_t>(stream));
+  }
+
  private:
   virtual void launch(const LayerTensors& layer, void* stream) const = 0;
   // The backend's part of a refresh: the upload of `next`'s metadata into
@@ -52,6 +70,9 @@ class LayerBoundRun : public PreparedRun {
   TensorAlignment need_;
   int device_;
   float softmax_scale_;
+  unsigned char* workspace_ = nullptr;
+  std::size_t capacity_ = 0;
+  RunMemory memory_;
 };
 
 }  // namespace helixmla::cuda

@@ -17,7 +17,6 @@
 #include "cuda/cuda_check.hpp"
 #include "cuda/device_guard.hpp"
 #include "cuda/layer_bound_run.hpp"
-#include "cuda/run_memory.hpp"
 #include "cuda/sm_count.hpp"
 #include "cuda/split_combine.hpp"
 #include "cuda/tensorcore_jit.hpp"
@@ -121,11 +120,9 @@ TensorcoreLaunch launch_of(const Problem& phase, const TensorcorePlan& plan, uns
   return launch;
 }
 
-// Stages the plan's metadata and the phase's page table and bounds, and
-// enqueues their copy to `base`.
-void upload_metadata(RunMemory& memory, const TensorcorePlan& plan, const Problem& phase, unsigned char* base,
-                     void* stream) {
-  unsigned char* staging = memory.staging(plan.metadata_bytes);
+// Writes the plan's metadata and the phase's page table and bounds at their
+// offsets of the plan's metadata layout.
+void stage_metadata(unsigned char* staging, const TensorcorePlan& plan, const Problem& phase) {
   const auto put = [staging](std::size_t offset, const void* data, std::size_t bytes) {
     if (bytes > 0) std::memcpy(staging + offset, data, bytes);
   };
@@ -134,14 +131,13 @@ void upload_metadata(RunMemory& memory, const TensorcorePlan& plan, const Proble
   put(plan.bounds_offset, phase.helix.token_kv_bounds.data(),
       phase.helix.token_kv_bounds.size() * sizeof(std::int32_t));
   put(plan.page_table_offset, phase.page_table.data(), phase.page_table.size() * sizeof(std::int32_t));
-  memory.upload(base, plan.metadata_bytes, static_cast<cudaStream_t>(stream));
 }
 
 std::int32_t parallel_blocks(const Problem& phase, const TensorcoreVariant& variant) {
   return tensorcore_block_slots(device_sm_count(phase.location.device), variant);
 }
 
-// A prepared phase: its memory (run_memory.hpp), workspace and launch.
+// A prepared phase: its kernel, plan and launch.
 class TensorcoreRun final : public LayerBoundRun {
  public:
   TensorcoreRun(const Problem& phase, const TensorcoreVariant& variant, Kernel kernel)
@@ -151,10 +147,9 @@ class TensorcoreRun final : public LayerBoundRun {
   // launch of `phase` under `plan` with its metadata there, uploaded.
   void take(const Problem& phase, std::shared_ptr<const TensorcorePlan> plan, void* given, std::size_t bytes,
             void* stream) {
-    base_ = static_cast<unsigned char*>(memory_.workspace(given, bytes));
-    capacity_ = bytes;
-    launch_ = launch_of(phase, *plan, base_);
-    upload_metadata(memory_, *plan, phase, base_, stream);
+    bind_workspace(given, bytes);
+    launch_ = launch_of(phase, *plan, workspace());
+    upload(*plan, phase, stream);
     plan_ = std::move(plan);
   }
 
@@ -164,9 +159,13 @@ class TensorcoreRun final : public LayerBoundRun {
     std::shared_ptr<const TensorcorePlan> plan = plan_to_take(next);
     if (!plan) return {};
     return [this, next, plan = std::move(plan)](void* stream) {
-      upload_metadata(memory_, *plan, next, base_, stream);
+      upload(*plan, next, stream);
       plan_ = plan;
     };
+  }
+  void upload(const TensorcorePlan& plan, const Problem& phase, void* stream) {
+    upload_metadata(
+        plan.metadata_bytes, [&](unsigned char* staging) { stage_metadata(staging, plan, phase); }, stream);
   }
 
   // The run's split counts kept for a step (handed to its row tiles by
@@ -189,7 +188,7 @@ class TensorcoreRun final : public LayerBoundRun {
     return std::make_shared<const TensorcorePlan>(std::move(*kept));
   }
   bool launches_alike(const Problem& next, const TensorcorePlan& plan) const {
-    return plan.workspace_bytes <= capacity_ && same_launch(launch_of(next, plan, base_), launch_);
+    return plan.workspace_bytes <= capacity() && same_launch(launch_of(next, plan, workspace()), launch_);
   }
 
   void launch(const LayerTensors& layer, void* stream) const override {
@@ -218,11 +217,8 @@ class TensorcoreRun final : public LayerBoundRun {
 
   TensorcoreVariant variant_;
   Kernel kernel_;
-  unsigned char* base_ = nullptr;
-  std::size_t capacity_ = 0;
   std::shared_ptr<const TensorcorePlan> plan_;  // the step's, whose split counts a refresh may keep
   TensorcoreLaunch launch_;
-  RunMemory memory_;
 };
 
 }  // namespace
