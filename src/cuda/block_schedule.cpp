@@ -7,11 +7,11 @@ namespace helixmla::cuda {
 // Slots of equal load are interchangeable, so they are kept as load -> how
 // many, and items of one cost fill them a group at a time: the same finish
 // time as placing the items one by one.
-std::int64_t makespan(const CostCounts& costs, std::int32_t slots, std::pmr::memory_resource* arena) {
+std::int64_t makespan(std::span<const CostRun> longest_first, std::int32_t slots, std::pmr::memory_resource* arena) {
   std::pmr::map<std::int64_t, std::int64_t> slots_at_load(arena);
   slots_at_load.emplace(0, slots);
   std::int64_t finish = 0;
-  for (auto [cost, count] : costs) {
+  for (auto [cost, count] : longest_first) {
     while (count > 0) {
       const auto least = slots_at_load.begin();
       const std::int64_t load = least->first;
@@ -27,6 +27,11 @@ std::int64_t makespan(const CostCounts& costs, std::int32_t slots, std::pmr::mem
     }
   }
   return finish;
+}
+
+std::int64_t makespan(const CostCounts& costs, std::int32_t slots, std::pmr::memory_resource* arena) {
+  const std::pmr::vector<CostRun> runs(costs.begin(), costs.end(), arena);
+  return makespan(runs, slots, arena);
 }
 
 std::optional<std::vector<std::int32_t>> reassigned_splits(std::span<const std::int32_t> kept_rows,

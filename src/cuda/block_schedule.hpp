@@ -9,6 +9,7 @@
 #include <memory_resource>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace helixmla::cuda {
@@ -18,9 +19,14 @@ namespace helixmla::cuda {
 // of items have a handful of distinct costs.
 using CostCounts = std::pmr::map<std::int64_t, std::int64_t, std::greater<>>;
 
+// Items of one cost: (cost, how many).
+using CostRun = std::pair<std::int64_t, std::int64_t>;
+
 // Time to finish all items on `slots` parallel blocks, greedily longest first
 // (each item to a least-loaded slot, as the block scheduler hands out blocks
-// in launch order).
+// in launch order). `longest_first`: runs by descending cost (a cost may
+// come in several runs).
+std::int64_t makespan(std::span<const CostRun> longest_first, std::int32_t slots, std::pmr::memory_resource* arena);
 std::int64_t makespan(const CostCounts& costs, std::int32_t slots, std::pmr::memory_resource* arena);
 
 // The split counts `kept_splits` of row tiles of `kept_rows` rows handed to
