@@ -105,7 +105,7 @@ struct Candidate {
 // histogram, so their sums are kept as prefix sums: on mixed lengths most
 // row tiles are short and only the few long ones need walking. With the
 // divisions saved below, one 128K-token request among 63 short ones (128
-// heads) plans in 77 us, from 108 (bench/RESULTS.md, session 23).
+// heads) plans in 73-76 us, from 111 (bench/RESULTS.md, session 23).
 struct TileHistogram {
   std::vector<std::pair<std::int64_t, std::int64_t>> units_of_tiles;
   std::vector<std::int64_t> units_before;  // [i]: row tiles of entries [0, i)
