@@ -4,7 +4,6 @@
 #include <array>
 #include <cstddef>
 #include <functional>
-#include <iterator>
 #include <limits>
 #include <memory_resource>
 #include <optional>
@@ -105,7 +104,7 @@ struct Candidate {
 // histogram, so their sums are kept as prefix sums: on mixed lengths most
 // row tiles are short and only the few long ones need walking. With the
 // divisions saved below, one 128K-token request among 63 short ones (128
-// heads) plans in 73-76 us, from 111 (bench/RESULTS.md, session 23).
+// heads) plans in 73-79 us, from 107-111 (bench/RESULTS.md, session 23).
 struct TileHistogram {
   std::vector<std::pair<std::int64_t, std::int64_t>> units_of_tiles;
   std::vector<std::int64_t> units_before;  // [i]: row tiles of entries [0, i)
@@ -212,26 +211,21 @@ std::int64_t choose_chunk(const std::vector<Unit>& units, std::int32_t slots) {
     // step, and their nodes were most of its time in the heap allocator.
     std::array<std::byte, 8192> buffer;
     std::pmr::monotonic_buffer_resource arena(buffer.data(), buffer.size());
-    // The split row tiles' items (the histogram's tail), longest first,
-    // then merged with the whole ones' (its head, one item each).
+    // Items as runs of one cost, longest first: the row tiles the chunk
+    // leaves whole (the histogram's head) need no split arithmetic.
     const std::size_t whole_entries = h.whole_below(c.chunk);
-    std::pmr::vector<CostRun> split_runs(&arena);
+    std::pmr::vector<CostRun> runs(&arena);
+    for (const auto& [tiles, count] : std::span(units_of_tiles).first(whole_entries)) {
+      runs.emplace_back(tiles + kItemOverheadTiles, count);
+    }
     for (const auto& [tiles, count] : std::span(units_of_tiles).subspan(whole_entries)) {
       const auto [n, per, whole] = SplitShape::under_chunk(tiles, c.chunk);
-      if (whole > 0) split_runs.emplace_back(per + kItemOverheadTiles, whole * count);
-      if (whole < n) split_runs.emplace_back(tiles - whole * per + kItemOverheadTiles, count);
-      if (whole + 1 < n) split_runs.emplace_back(kItemOverheadTiles, (n - whole - 1) * count);
+      if (whole > 0) runs.emplace_back(per + kItemOverheadTiles, whole * count);
+      if (whole < n) runs.emplace_back(tiles - whole * per + kItemOverheadTiles, count);
+      if (whole + 1 < n) runs.emplace_back(kItemOverheadTiles, (n - whole - 1) * count);
     }
-    std::ranges::sort(split_runs, std::greater<>(), &CostRun::first);
-    coalesce(split_runs);
-    std::pmr::vector<CostRun> runs(&arena);
-    runs.reserve(split_runs.size() + whole_entries);
-    std::ranges::merge(split_runs,
-                       std::span(units_of_tiles).first(whole_entries) | std::views::reverse |
-                           std::views::transform([](const auto& e) {
-                             return CostRun(e.first + kItemOverheadTiles, e.second);
-                           }),
-                       std::back_inserter(runs), std::greater<>(), &CostRun::first, &CostRun::first);
+    std::ranges::sort(runs, std::greater<>(), &CostRun::first);
+    coalesce(runs);
     const std::int64_t time = makespan(runs, slots, &arena) + (c.chunk < longest ? kSplitLaunchTiles : 0);
     if (best_time < 0 || time < best_time || (time == best_time && c.chunk > best_chunk)) {
       best_time = time;
