@@ -188,21 +188,16 @@ void coalesce(std::pmr::vector<CostRun>& runs) {
   runs.resize(kept);
 }
 
-// The split chunk (in KV tiles) that finishes soonest; no split when none
-// helps. Exact finish times (the greedy placement) cost far more than the
-// bounds, most of all for mixed lengths (many distinct slot loads), so they
-// are computed in order of the bounds until no bound can beat the best
-// time: the same choice as estimating every candidate. Ties go to the
-// larger chunk (fewer splits).
-std::int64_t choose_chunk(const std::vector<Unit>& units, std::int32_t slots) {
-  if (units.empty()) return 1;
-  const TileHistogram h = histogram_of(units);
+// The split chunk (in KV tiles) that finishes soonest among `candidates`
+// (bounded_candidates of `h`); no split when none helps. Exact finish times
+// (the greedy placement) cost far more than the bounds, most of all for
+// mixed lengths (many distinct slot loads), so they are computed in order
+// of the bounds until no bound can beat the best time: the same choice as
+// estimating every candidate. Ties go to the larger chunk (fewer splits).
+std::int64_t fastest_chunk(const TileHistogram& h, const std::vector<Candidate>& candidates, std::int32_t slots) {
   const auto& units_of_tiles = h.units_of_tiles;
   const std::int64_t longest = h.longest();
   std::int64_t best_chunk = std::max<std::int64_t>(longest, 1);
-  if (units.size() >= static_cast<std::size_t>(4) * slots) return best_chunk;
-
-  const std::vector<Candidate> candidates = bounded_candidates(h, slots);
   std::int64_t best_time = -1;
   for (const Candidate& c : candidates) {
     if (best_time >= 0 && c.bound > best_time) break;
@@ -371,21 +366,61 @@ TensorcorePlan plan_with_splits(const PhaseInputs& in, const std::vector<Unit>& 
   return plan;
 }
 
-TensorcorePlan plan_of(const PhaseInputs& in) {
-  const std::vector<Unit> units = units_of(in);
-  const std::int64_t chunk = choose_chunk(units, std::max(in.parallel_blocks, 1));
+}  // namespace
+
+// Each part is built on first use: a refresh that keeps its split counts
+// needs only the row tiles and the histogram's candidates, and a remembered
+// plan none of them.
+struct TensorcoreSplitSearch::State {
+  PhaseInputs in;
+  std::int32_t slots = 1;
+  std::optional<std::vector<Unit>> units;
+  std::optional<TileHistogram> histogram;
+  std::optional<std::vector<Candidate>> candidates;
+
+  const std::vector<Unit>& row_tiles() {
+    if (!units) units = units_of(in);
+    return *units;
+  }
+  const TileHistogram& tile_histogram() {
+    if (!histogram) histogram = histogram_of(row_tiles());
+    return *histogram;
+  }
+  const std::vector<Candidate>& bounded() {
+    if (!candidates) candidates = bounded_candidates(tile_histogram(), slots);
+    return *candidates;
+  }
+  std::int64_t chunk() {
+    if (row_tiles().empty()) return 1;
+    // Four row tiles a slot balance without splitting.
+    if (row_tiles().size() >= static_cast<std::size_t>(4) * slots) {
+      return std::max<std::int64_t>(tile_histogram().longest(), 1);
+    }
+    return fastest_chunk(tile_histogram(), bounded(), slots);
+  }
+};
+
+TensorcoreSplitSearch::TensorcoreSplitSearch(const Problem& phase, std::int32_t rows_tile,
+                                             std::int32_t parallel_blocks)
+    : state_(std::make_unique<State>()) {
+  state_->in = inputs_of(phase, rows_tile, parallel_blocks);
+  state_->slots = std::max(parallel_blocks, 1);
+}
+
+TensorcoreSplitSearch::~TensorcoreSplitSearch() = default;
+
+TensorcorePlan TensorcoreSplitSearch::plan() const {
+  const std::int64_t chunk = state_->chunk();
+  const std::vector<Unit>& units = state_->row_tiles();
   std::vector<std::int32_t> splits;
   splits.reserve(units.size());
   for (const Unit& u : units) splits.push_back(static_cast<std::int32_t>(splits_for(u.tiles(), chunk)));
-  return plan_with_splits(in, units, std::move(splits));
+  return plan_with_splits(state_->in, units, std::move(splits));
 }
 
-}  // namespace
-
-std::optional<TensorcorePlan> plan_tensorcore_keeping_splits(const Problem& phase, const TensorcorePlan& prepared,
-                                                             std::int32_t parallel_blocks) {
-  const PhaseInputs in = inputs_of(phase, prepared.rows_tile, parallel_blocks);
-  const std::vector<Unit> units = units_of(in);
+std::optional<TensorcorePlan> TensorcoreSplitSearch::plan_keeping_splits(const TensorcorePlan& prepared) const {
+  if (prepared.rows_tile != state_->in.rows_tile) return std::nullopt;
+  const std::vector<Unit>& units = state_->row_tiles();
   std::vector<std::int32_t> rows;
   std::vector<std::int64_t> tiles;
   for (const Unit& u : units) {
@@ -395,12 +430,11 @@ std::optional<TensorcorePlan> plan_tensorcore_keeping_splits(const Problem& phas
   std::optional<std::vector<std::int32_t>> splits =
       reassigned_splits(prepared.row_tile_rows, prepared.row_tile_splits, rows, tiles);
   if (!splits) return std::nullopt;
-  return plan_with_splits(in, units, std::move(*splits));
+  return plan_with_splits(state_->in, units, std::move(*splits));
 }
 
-std::int64_t finish_lower_bound(const Problem& phase, std::int32_t rows_tile, std::int32_t parallel_blocks) {
-  const std::vector<Unit> units = units_of(inputs_of(phase, rows_tile, parallel_blocks));
-  const std::vector<Candidate> candidates = bounded_candidates(histogram_of(units), std::max(parallel_blocks, 1));
+std::int64_t TensorcoreSplitSearch::finish_lower_bound() const {
+  const std::vector<Candidate>& candidates = state_->bounded();
   return candidates.empty() ? 0 : candidates.front().bound;
 }
 
@@ -415,18 +449,37 @@ std::int64_t estimated_finish(const TensorcorePlan& plan, std::int32_t parallel_
 }
 
 TensorcorePlan plan_tensorcore(const Problem& phase, std::int32_t rows_tile, std::int32_t parallel_blocks) {
-  return plan_of(inputs_of(phase, rows_tile, parallel_blocks));
+  return TensorcoreSplitSearch(phase, rows_tile, parallel_blocks).plan();
+}
+
+namespace {
+
+struct RememberedPlan {
+  KeptInputs inputs;
+  std::shared_ptr<const TensorcorePlan> plan;
+};
+
+RememberedPlan& remembered() {
+  thread_local RememberedPlan last;
+  return last;
+}
+
+}  // namespace
+
+std::shared_ptr<const TensorcorePlan> tensorcore_plan_for(const TensorcoreSplitSearch& search) {
+  RememberedPlan& last = remembered();
+  const PhaseInputs& in = search.state_->in;
+  if (last.plan && last.inputs == in) return last.plan;
+  last.plan = std::make_shared<const TensorcorePlan>(search.plan());
+  last.inputs = kept(in);
+  return last.plan;
 }
 
 std::shared_ptr<const TensorcorePlan> tensorcore_plan_for(const Problem& phase, std::int32_t rows_tile,
                                                           std::int32_t parallel_blocks) {
-  thread_local KeptInputs last;
-  thread_local std::shared_ptr<const TensorcorePlan> plan;
-  const PhaseInputs in = inputs_of(phase, rows_tile, parallel_blocks);
-  if (plan && last == in) return plan;
-  plan = std::make_shared<const TensorcorePlan>(plan_of(in));
-  last = kept(in);
-  return plan;
+  const RememberedPlan& last = remembered();
+  if (last.plan && last.inputs == inputs_of(phase, rows_tile, parallel_blocks)) return last.plan;
+  return tensorcore_plan_for(TensorcoreSplitSearch(phase, rows_tile, parallel_blocks));
 }
 
 }  // namespace helixmla::cuda

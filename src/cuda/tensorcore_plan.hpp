@@ -37,19 +37,45 @@ struct TensorcorePlan {
   std::size_t workspace_bytes = 0;
 };
 
-// `parallel_blocks` is how many blocks the GPU runs at once (multiprocessors
-// times blocks per multiprocessor); the KV of long requests is split until
-// the work fills it evenly.
-TensorcorePlan plan_tensorcore(const Problem& phase, std::int32_t rows_tile,
-                               std::int32_t parallel_blocks);
+// The split search of one phase for one row tile size on `parallel_blocks`
+// block slots (multiprocessors times blocks per multiprocessor): the KV of
+// long requests is split until the work fills the slots evenly. A refresh
+// asks one step for up to three answers (the plan with kept split counts,
+// a lower bound, the searched plan); what they share (the row tiles, their
+// KV tile histogram, the bounded split candidates) is built once, when an
+// answer first needs it. The phase's metadata is read in place, so the
+// phase must outlive the search.
+class TensorcoreSplitSearch {
+ public:
+  TensorcoreSplitSearch(const Problem& phase, std::int32_t rows_tile, std::int32_t parallel_blocks);
+  ~TensorcoreSplitSearch();
+  TensorcoreSplitSearch(const TensorcoreSplitSearch&) = delete;
+  TensorcoreSplitSearch& operator=(const TensorcoreSplitSearch&) = delete;
 
-// The plan of `phase` with the split counts of `prepared` (the same row tile
-// size), handed to its row tiles by length (block_schedule.hpp,
-// reassigned_splits): how a captured run takes a step whose own best plan
-// would launch differently. Empty when the phase's row tiles differ in
-// number or rows.
-std::optional<TensorcorePlan> plan_tensorcore_keeping_splits(const Problem& phase, const TensorcorePlan& prepared,
-                                                             std::int32_t parallel_blocks);
+  // The plan whose split chunk finishes soonest by estimated_finish.
+  TensorcorePlan plan() const;
+
+  // The plan with the split counts of `prepared` (the same row tile size),
+  // handed to this phase's row tiles by length (block_schedule.hpp,
+  // reassigned_splits): how a captured run takes a step whose own best plan
+  // would launch differently. Empty when the row tiles differ in number or
+  // rows.
+  std::optional<TensorcorePlan> plan_keeping_splits(const TensorcorePlan& prepared) const;
+
+  // A finish time no plan the search considers beats by estimated_finish
+  // (its candidates' cheap bounds, without their exact placements): enough
+  // to tell that kept split counts are within reach of the searched plan
+  // without searching.
+  std::int64_t finish_lower_bound() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+  friend std::shared_ptr<const TensorcorePlan> tensorcore_plan_for(const TensorcoreSplitSearch& search);
+};
+
+// TensorcoreSplitSearch(phase, rows_tile, parallel_blocks).plan().
+TensorcorePlan plan_tensorcore(const Problem& phase, std::int32_t rows_tile, std::int32_t parallel_blocks);
 
 // The plan's finish time on `parallel_blocks` as the split search estimates
 // it (KV tiles, items longest first on the least-loaded block slot, plus
@@ -57,19 +83,16 @@ std::optional<TensorcorePlan> plan_tensorcore_keeping_splits(const Problem& phas
 // one phase.
 std::int64_t estimated_finish(const TensorcorePlan& plan, std::int32_t parallel_blocks);
 
-// A finish time no plan the split search considers for `phase` beats by
-// that estimate (its candidates' cheap bounds, without their exact
-// placements): enough to tell that kept split counts are within reach of
-// the searched plan without searching.
-std::int64_t finish_lower_bound(const Problem& phase, std::int32_t rows_tile, std::int32_t parallel_blocks);
-
 // plan_tensorcore, remembered per thread: an engine sizes the workspace and
 // then prepares the same phase, and each needs the plan. The last plan this
 // thread built is returned again while everything the plan reads (heads,
 // q_len, kv_len, Helix bounds, page-table size, row tile, block slots; one
 // struct in the .cpp is both the planner's input and the key) is equal in
-// value; the caller's spans may change between calls.
+// value; the caller's spans may change between calls. The second form
+// searches with what `search` has already built when the plan is not the
+// remembered one.
 std::shared_ptr<const TensorcorePlan> tensorcore_plan_for(const Problem& phase, std::int32_t rows_tile,
                                                           std::int32_t parallel_blocks);
+std::shared_ptr<const TensorcorePlan> tensorcore_plan_for(const TensorcoreSplitSearch& search);
 
 }  // namespace helixmla::cuda

@@ -176,13 +176,14 @@ class TensorcoreRun final : public LayerBoundRun {
   // none does.
   std::shared_ptr<const TensorcorePlan> plan_to_take(const Problem& next) const {
     const std::int32_t slots = parallel_blocks(next, variant_);
-    std::optional<TensorcorePlan> kept = plan_tensorcore_keeping_splits(next, *plan_, slots);
+    const TensorcoreSplitSearch search(next, variant_.rows, slots);
+    std::optional<TensorcorePlan> kept = search.plan_keeping_splits(*plan_);
     if (kept && !launches_alike(next, *kept)) kept.reset();
     const std::int64_t kept_finish = kept ? estimated_finish(*kept, slots) : 0;
-    if (kept && keeping_splits_pays(kept_finish, finish_lower_bound(next, variant_.rows, slots))) {
+    if (kept && keeping_splits_pays(kept_finish, search.finish_lower_bound())) {
       return std::make_shared<const TensorcorePlan>(std::move(*kept));
     }
-    std::shared_ptr<const TensorcorePlan> best = tensorcore_plan_for(next, variant_.rows, slots);
+    std::shared_ptr<const TensorcorePlan> best = tensorcore_plan_for(search);
     if (launches_alike(next, *best)) return best;
     if (!kept || !keeping_splits_pays(kept_finish, estimated_finish(*best, slots))) return nullptr;
     return std::make_shared<const TensorcorePlan>(std::move(*kept));

@@ -466,7 +466,7 @@ struct KeptStep {
         next_problem(next.problem()),
         prepared(plan_tensorcore(step.problem(), 64, 132)),
         best(plan_tensorcore(next_problem, 64, 132)),
-        kept(plan_tensorcore_keeping_splits(next_problem, prepared, 132)) {}
+        kept(TensorcoreSplitSearch(next_problem, 64, 132).plan_keeping_splits(prepared)) {}
   static testing::BatchSpec spec_of(std::vector<std::int32_t> kv_len, std::int32_t q_len) {
     testing::BatchSpec spec = decode_metadata(24, 3, 0);
     spec.q_len = q_len;
@@ -539,7 +539,7 @@ TEST(TensorcorePlan, TheFinishLowerBoundIsAtMostTheSearchedPlansEstimate) {
     testing::SyntheticBatch batch(spec);
     const Problem p = batch.problem();
     for (const std::int32_t slots : {132, 264}) {
-      const std::int64_t bound = finish_lower_bound(p, 64, slots);
+      const std::int64_t bound = TensorcoreSplitSearch(p, 64, slots).finish_lower_bound();
       const std::int64_t searched = estimated_finish(plan_tensorcore(p, 64, slots), slots);
       EXPECT_GT(bound, 0) << trial;
       EXPECT_LE(bound, searched) << trial << " on " << slots << " slots";
