@@ -166,11 +166,12 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock) split_combine_rows_kernel(
     }
   };
   float4 even[4], odd[4];  // splits s and s + 1 of the pass
+  auto load_first_two = [&](int d0) {
+    if (r.splits > 0) load_split(0, d0, even);
+    if (r.splits > 1) load_split(1, d0, odd);
+  };
   const bool vector = rank % 4 == 0;
-  if (vector && r.splits > 0) {
-    load_split(0, 0, even);
-    if (r.splits > 1) load_split(1, 0, odd);
-  }
+  if (vector) load_first_two(0);
   const float2 own = lane < r.splits ? r.stats[lane] : make_float2(-INFINITY, 0.0f);
   MaxSum lane_total;
   lane_total.add(own.x, own.y);
@@ -183,10 +184,7 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock) split_combine_rows_kernel(
   };
   if (vector) {
     for (int d0 = 0; d0 < rank; d0 += kPass) {
-      if (d0 > 0 && r.splits > 0) {
-        load_split(0, d0, even);
-        if (r.splits > 1) load_split(1, d0, odd);
-      }
+      if (d0 > 0) load_first_two(d0);
       float4 acc[4];
 #pragma unroll
       for (int j = 0; j < 4; ++j) acc[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
