@@ -1,8 +1,9 @@
 // Timing of the tensor-core backend on the benchmark suite's shapes
 // (bench/mla-decode-v1.csv), printed for the record, never asserted: CUDA
 // graph replay, median of timed replays, against the device-to-device copy
-// bandwidth measured in the same run. Inputs are drawn on the device; the KV
-// of every case is far larger than L2. Only checks that outputs are finite.
+// bandwidth measured in the same run. Inputs are drawn on the device
+// (DeviceSyntheticBatch); the KV of every case is far larger than L2. Only
+// checks that outputs are finite.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -21,29 +22,6 @@
 
 namespace helixmla::testing {
 namespace {
-
-__device__ std::uint32_t hash32(std::uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  x ^= x >> 33;
-  return static_cast<std::uint32_t>(x);
-}
-
-// bf16 elements uniform in [-1, 1), or e4m3 codes with exponent <= 14 (never NaN).
-__global__ void fill_random(void* data, std::int64_t count, bool fp8, std::uint64_t seed) {
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const std::uint32_t h = hash32(seed * 0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(i));
-    if (fp8) {
-      static_cast<std::uint8_t*>(data)[i] = static_cast<std::uint8_t>(h & 0xf7u);
-    } else {
-      const float f = static_cast<float>(h & 0xffffu) / 32768.0f - 1.0f;
-      static_cast<std::uint16_t*>(data)[i] = static_cast<std::uint16_t>(__float_as_uint(f) >> 16);
-    }
-  }
-}
 
 void check(cudaError_t status) { ASSERT_EQ(status, cudaSuccess) << cudaGetErrorString(status); }
 
@@ -108,21 +86,9 @@ TEST(TensorcoreTiming, SuiteShapesPrintTimes) {
     spec.kv_dtype = c.kv;
     spec.kv_scale = c.kv == DType::fp8_e4m3 ? 1.0f / 64 : 1.0f;
     spec.spare_pages = 0;
-    spec.allocate_tensors = false;
-    SyntheticBatch host(spec);
-    Problem p = host.problem();
-    const std::int64_t tokens = host.num_tokens();
-    const std::size_t pool_elems = static_cast<std::size_t>(host.num_pages()) * c.page * 576;
-    const std::size_t kv_bytes = pool_elems * dtype_size(c.kv);
-    DeviceBuffer pool(kv_bytes), q(tokens * c.heads * 576 * 2), out(tokens * c.heads * 512 * 2);
-    fill_random<<<1024, 256>>>(pool.data(), static_cast<std::int64_t>(pool_elems), c.kv == DType::fp8_e4m3, 1);
-    fill_random<<<1024, 256>>>(q.data(), tokens * c.heads * 576, false, 2);
-    check(cudaDeviceSynchronize());
-    p.location = Location::cuda(0);
-    p.q = q.data();
-    p.out = out.data();
-    p.kv.pool = pool.data();
-    p.kv.scale = spec.kv_scale;
+    DeviceSyntheticBatch batch(spec);
+    Problem p = batch.problem();
+    const std::int64_t tokens = batch.metadata().num_tokens();
     validate(p);
 
     cudaStream_t stream;
@@ -137,7 +103,7 @@ TEST(TensorcoreTiming, SuiteShapesPrintTimes) {
       variants.back().wgmma = false;
     }
     for (const cuda::TensorcoreVariant& variant : variants) {
-      check(cudaMemset(out.data(), 0xff, out.bytes()));
+      batch.poison_outputs(stream);
       auto run = cuda::prepare_tensorcore(p, variant, Workspace{}, stream);
       check(cudaStreamSynchronize(stream));
       cudaGraph_t graph;
@@ -160,7 +126,7 @@ TEST(TensorcoreTiming, SuiteShapesPrintTimes) {
         if (i >= 5) ms.push_back(t);
       }
       std::vector<std::uint16_t> result(static_cast<std::size_t>(tokens * c.heads * 512));
-      out.download(result.data(), result.size() * 2);
+      check(cudaMemcpy(result.data(), p.out, result.size() * 2, cudaMemcpyDeviceToHost));
       std::int64_t non_finite = 0;
       for (std::uint16_t bits : result) non_finite += (bits & 0x7f80u) == 0x7f80u;
       EXPECT_EQ(non_finite, 0) << "case " << c.id << " " << variant.name();
