@@ -44,6 +44,11 @@ void DeviceBuffer::download(void* host, std::size_t bytes) const {
 }
 void DeviceBuffer::fill_bytes(unsigned char value) {
   check(cudaMemset(data_, value, bytes_), "cudaMemset");
+  // The memset runs later, on the legacy default stream, which orders
+  // nothing against non-blocking streams (the tests' and benchmarks'): a
+  // kernel launched on one next could write its outputs before the fill
+  // lands on them.
+  check(cudaStreamSynchronize(cudaStreamLegacy), "cudaMemset");
 }
 
 int cuda_device_count() {

@@ -26,6 +26,7 @@ class DeviceBuffer {
   std::size_t bytes() const { return bytes_; }
   void upload(const void* host, std::size_t bytes);
   void download(void* host, std::size_t bytes) const;
+  // Fills every byte and waits for the fill (ordered before any stream's later work).
   void fill_bytes(unsigned char value);
 
  private:

@@ -67,6 +67,10 @@ class StepPlan {
   mutable std::vector<std::size_t> phase_bytes_;  // empty until sized
 };
 
+// Safe to share between threads: several may validate, select, size and
+// prepare at once, each with its own batches and streams
+// (tests/gpu/test_concurrent_runs_gpu.cpp). A StepPlan and a PreparedRun
+// belong to one thread at a time.
 class Runtime {
  public:
   explicit Runtime(RuntimeOptions options = {});

@@ -65,10 +65,10 @@ int run_backend_phases(const Backend& backend, const Problem& device_problem, cu
   return static_cast<int>(runs.size());
 }
 
-void expect_matches_reference(SyntheticBatch& host, const std::string& label, const HelixSettings& helix) {
-  Problem problem = host.problem();
-  problem.helix = helix;
-  const NaiveResult reference = parallel_naive_attention(problem);
+namespace {
+
+void expect_within_tolerance(const SyntheticBatch& host, const Problem& problem, const NaiveResult& reference,
+                             const std::string& label) {
   const Comparison out = compare(host.out_.data(), problem.out_dtype, reference.out);
   EXPECT_TRUE(out.within(output_tolerance(problem.kv.dtype)))
       << label << ": rel L2 " << out.rel_l2_err << ", max abs " << out.max_abs_err << ", non-finite "
@@ -79,6 +79,18 @@ void expect_matches_reference(SyntheticBatch& host, const std::string& label, co
         << label << ": stats m err " << stats.max_m_err << ", l rel err " << stats.max_l_rel_err
         << ", empty mismatches " << stats.empty_mismatches << ", non-finite " << stats.non_finite;
   }
+}
+
+}  // namespace
+
+void expect_matches_reference(SyntheticBatch& host, const std::string& label, const HelixSettings& helix) {
+  Problem problem = host.problem();
+  problem.helix = helix;
+  expect_within_tolerance(host, problem, parallel_naive_attention(problem), label);
+}
+
+void expect_matches(SyntheticBatch& host, const NaiveResult& reference, const std::string& label) {
+  expect_within_tolerance(host, host.problem(), reference, label);
 }
 
 }  // namespace helixmla::testing

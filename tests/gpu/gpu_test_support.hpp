@@ -56,4 +56,8 @@ int run_backend_phases(const Backend& backend, const Problem& device_problem, cu
 // 1e-3.
 void expect_matches_reference(SyntheticBatch& host, const std::string& label, const HelixSettings& helix = {});
 
+// The same comparison against a reference computed beforehand (of the
+// batch's problem without Helix settings), for a batch run many times.
+void expect_matches(SyntheticBatch& host, const NaiveResult& reference, const std::string& label);
+
 }  // namespace helixmla::testing
