@@ -571,6 +571,31 @@ TEST(TensorcorePlan, KeptSplitsAreNotWorthALongRequestInAnUnsplitSlot) {
 
 TEST(TensorcorePlan, SplitCountsAreKeptOnlyForTheSameRowTiles) {
   EXPECT_FALSE(KeptStep({20001, 130, 301}, 3).kept);  // 72 rows: two row tiles a request
+  const KeptStep s({19969, 131, 302});
+  EXPECT_FALSE(TensorcoreSplitSearch(s.next_problem, 32, 132).plan_keeping_splits(s.prepared))
+      << "a plan of 64-row tiles kept by a search of 32-row tiles";
+}
+
+// A search builds its parts on first use; whichever answer is asked first,
+// each is what a fresh search gives, and the plan is plan_tensorcore's.
+TEST(TensorcorePlan, ASearchAnswersAlikeInAnyOrder) {
+  const KeptStep s({19969, 131, 302});
+  const TensorcoreSplitSearch bound_first(s.next_problem, 64, 132);
+  const std::int64_t bound = bound_first.finish_lower_bound();
+  const TensorcorePlan plan_after_bound = bound_first.plan();
+  const std::optional<TensorcorePlan> kept_last = bound_first.plan_keeping_splits(s.prepared);
+
+  const TensorcoreSplitSearch kept_first(s.next_problem, 64, 132);
+  const std::optional<TensorcorePlan> kept = kept_first.plan_keeping_splits(s.prepared);
+  const TensorcorePlan plan = kept_first.plan();
+  EXPECT_EQ(kept_first.finish_lower_bound(), bound);
+
+  expect_same_plan(plan, s.best);
+  expect_same_plan(plan_after_bound, s.best);
+  ASSERT_TRUE(kept && kept_last && s.kept);
+  expect_same_plan(*kept, *s.kept);
+  expect_same_plan(*kept_last, *s.kept);
+  EXPECT_LE(bound, estimated_finish(plan, 132));
 }
 
 }  // namespace
