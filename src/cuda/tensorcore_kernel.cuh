@@ -136,13 +136,6 @@ namespace helixmla_tc {
 #define HELIXMLA_TC_RESCALE_SLACK 8
 #endif
 
-// The L2 prefetch size the KV and Q copies ask for, in bytes: 0 (none),
-// 64, 128 or 256 (cp.async's L2::NB qualifier: the sectors around each
-// 16-byte copy are fetched together). A/B runs as above.
-#ifndef HELIXMLA_TC_L2_PREFETCH
-#define HELIXMLA_TC_L2_PREFETCH 0
-#endif
-
 // Element kinds of the matrix inputs: Q (and out) type, and KV storage.
 enum ElemKind { kElemBf16 = 0, kElemFp16 = 1 };
 enum KvKind { kKvSameAsQ = 0, kKvFp8 = 1 };
@@ -367,16 +360,9 @@ __device__ __forceinline__ u32 smem_addr(const void* p) {
   return static_cast<u32>(__cvta_generic_to_shared(p));
 }
 
-#define HELIXMLA_TC_STRINGIFY_(x) #x
-#define HELIXMLA_TC_STRINGIFY(x) HELIXMLA_TC_STRINGIFY_(x)
 __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
-#if HELIXMLA_TC_L2_PREFETCH > 0
-  asm volatile("cp.async.cg.shared.global.L2::" HELIXMLA_TC_STRINGIFY(HELIXMLA_TC_L2_PREFETCH) "B [%0], [%1], 16, %2;\n"
-               ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0));
-#else
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
                "r"(valid ? 16 : 0));
-#endif
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
