@@ -2,10 +2,12 @@
 // kernel launch (target well under 100 ns), an uncached one under 5 us.
 #include <benchmark/benchmark.h>
 
+#include <optional>
 #include <vector>
 
 #include "core/sweep.hpp"
 #if defined(HELIXMLA_WITH_CUDA)
+#include "cuda/block_schedule.hpp"
 #include "cuda/tensorcore_plan.hpp"
 #include "cuda/tensorcore_variants.hpp"
 #endif
@@ -154,6 +156,52 @@ BENCHMARK(BM_TensorcorePlan)
     ->Args({16, 64, 1048576, 1})
     ->Args({128, 64, 1024, 2})
     ->Args({16, 64, 1024, 2});
+
+// What a refresh of a captured tensor-core run does on the host
+// (TensorcoreRun::plan_to_take, less the launch comparison): the kept
+// split counts' plan and estimate, the search's lower bound, and, when the
+// bound does not settle it, the searched plan against the kept one. One
+// 131072-token request among 63 short ones (the mixed-length probe) at
+// `heads` (128: 64-row tiles on 132 slots; 16: 16-row tiles on 264), the
+// prepared step against the next: 0 every request a token longer, 1 the
+// long request moved to another slot, 2 it finished.
+void BM_TensorcoreRefreshSearch(benchmark::State& state) {
+  testing::BatchSpec spec;
+  spec.heads = static_cast<std::int32_t>(state.range(0));
+  spec.generations = 64;
+  spec.kv_len = {131072};
+  for (std::int32_t i = 1; i < spec.generations; ++i) spec.kv_len.push_back(2048 + 61 * i);
+  spec.allocate_tensors = false;
+  testing::BatchSpec next_spec = spec;
+  if (state.range(1) == 0) {
+    for (std::int32_t& len : next_spec.kv_len) ++len;
+  } else {
+    next_spec.kv_len[0] = 3000;
+    if (state.range(1) == 1) next_spec.kv_len[5] = 131072;
+  }
+  testing::BatchSpec other_spec = spec;
+  other_spec.generations = 1;
+  other_spec.kv_len = {64};
+  testing::SyntheticBatch step(spec), next_step(next_spec), other_step(other_spec);
+  const Problem prepared_phase = step.problem();
+  const Problem next = next_step.problem();
+  const Problem other = other_step.problem();
+  const std::int32_t rows = spec.heads == 16 ? 16 : 64;
+  const std::int32_t slots = spec.heads == 16 ? 264 : 132;
+  const cuda::TensorcorePlan prepared = cuda::plan_tensorcore(prepared_phase, rows, slots);
+  for (auto _ : state) {
+    // A one-request phase planned in between, so that the thread's
+    // remembered plan is not this step's (a refresh meets a new step).
+    cuda::tensorcore_plan_for(other, rows, slots);
+    const cuda::TensorcoreSplitSearch search(next, rows, slots);
+    const std::optional<cuda::TensorcorePlan> kept = search.plan_keeping_splits(prepared);
+    const std::int64_t kept_finish = kept ? cuda::estimated_finish(*kept, slots) : 0;
+    if (kept && cuda::keeping_splits_pays(kept_finish, search.finish_lower_bound())) continue;
+    const auto best = cuda::tensorcore_plan_for(search);
+    benchmark::DoNotOptimize(kept && cuda::keeping_splits_pays(kept_finish, cuda::estimated_finish(*best, slots)));
+  }
+}
+BENCHMARK(BM_TensorcoreRefreshSearch)->ArgsProduct({{128, 16}, {0, 1, 2}});
 
 // The second of the two plans a step asks for (workspace_bytes, then
 // prepare): the thread's last plan, found by comparing the inputs.
