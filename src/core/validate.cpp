@@ -35,8 +35,8 @@ std::int64_t pages_needed(std::int64_t kv_len, std::int64_t page_size) {
 // x86-64 build (SSE2) has no 32-bit vector min or max, and this scan ran at
 // ~0.37 ns an entry: 390 us a step for a million-entry page table (page
 // size 1, 64 x 16K tokens). An AVX2 clone, chosen at load time where the
-// CPU has it, takes 60 us.
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// CPU has it, takes 60 us. The choice is an ifunc, which needs glibc.
+#if defined(__x86_64__) && defined(__GLIBC__) && (defined(__GNUC__) || defined(__clang__))
 __attribute__((target_clones("avx2", "default")))
 #endif
 bool pages_within(const std::int32_t* row, std::int64_t count, std::int64_t pages) {
