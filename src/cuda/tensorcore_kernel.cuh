@@ -1257,7 +1257,6 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     }
   };
 
-
   // mma.sync's Q fragments: chunk 2 * kstep + x of Q sits in block kstep /
   // 4 at in-block slot (2 * (kstep % 4) + x) ^ (row % 8): each thread keeps
   // the slot offsets of the in-block steps its warp takes, the block offset

@@ -22,7 +22,6 @@ namespace {
 
 constexpr double kStatsTolerance = 1e-3;
 
-
 }  // namespace
 
 void check_cuda(cudaError_t status, const char* what) {
