@@ -8,9 +8,12 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "cuda/block_schedule.hpp"
 #include "cuda/capture_check.hpp"
@@ -49,7 +52,7 @@ void check_producer_registers(const TensorcoreVariant& variant, const Kernel& k,
   }
 }
 
-Kernel kernel_for(const TensorcoreVariant& variant) {
+Kernel resolve_kernel(const TensorcoreVariant& variant) {
   Kernel k;
   k.smem_bytes = variant.smem_bytes();
   k.threads = variant.block_threads();
@@ -68,6 +71,22 @@ Kernel kernel_for(const TensorcoreVariant& variant) {
   }
   k.function = tensorcore_jit_function(variant, k.smem_bytes);
   check_producer_registers(variant, k, jit_kernel_registers(k.function));
+  return k;
+}
+
+// The variant's kernel on the current device, resolved once (its
+// shared-memory attribute set, its registers checked): prepare runs every
+// step, and both belong to the kernel, not to the step.
+Kernel kernel_for(const TensorcoreVariant& variant) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, std::string>, Kernel> resolved;
+  int device = 0;
+  HELIXMLA_CUDA_CHECK(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(mutex);
+  auto key = std::make_pair(device, variant.name());
+  if (const auto found = resolved.find(key); found != resolved.end()) return found->second;
+  const Kernel k = resolve_kernel(variant);
+  resolved.emplace(std::move(key), k);
   return k;
 }
 
