@@ -2,12 +2,10 @@
 // kernel launch (target well under 100 ns), an uncached one under 5 us.
 #include <benchmark/benchmark.h>
 
-#include <optional>
 #include <vector>
 
 #include "core/sweep.hpp"
 #if defined(HELIXMLA_WITH_CUDA)
-#include "cuda/block_schedule.hpp"
 #include "cuda/tensorcore_plan.hpp"
 #include "cuda/tensorcore_variants.hpp"
 #endif
@@ -158,10 +156,9 @@ BENCHMARK(BM_TensorcorePlan)
     ->Args({16, 64, 1024, 2});
 
 // What a refresh of a captured tensor-core run does on the host
-// (TensorcoreRun::plan_to_take, less the launch comparison): the kept
-// split counts' plan and estimate, the search's lower bound, and, when the
-// bound does not settle it, the searched plan against the kept one. One
-// 131072-token request among 63 short ones (the mixed-length probe) at
+// (TensorcoreSplitSearch::plan_to_refresh; a plan launches alike here when
+// it has as many items as the prepared one, the grid the run launches).
+// One 131072-token request among 63 short ones (the mixed-length probe) at
 // `heads` (128: 64-row tiles on 132 slots; 16: 16-row tiles on 264), the
 // prepared step against the next: 0 every request a token longer, 1 the
 // long request moved to another slot, 2 it finished.
@@ -189,16 +186,15 @@ void BM_TensorcoreRefreshSearch(benchmark::State& state) {
   const std::int32_t rows = spec.heads == 16 ? 16 : 64;
   const std::int32_t slots = spec.heads == 16 ? 264 : 132;
   const cuda::TensorcorePlan prepared = cuda::plan_tensorcore(prepared_phase, rows, slots);
+  const auto launches_alike = [&](const cuda::TensorcorePlan& plan) {
+    return plan.items.size() == prepared.items.size();
+  };
   for (auto _ : state) {
     // A one-request phase planned in between, so that the thread's
     // remembered plan is not this step's (a refresh meets a new step).
     cuda::tensorcore_plan_for(other, rows, slots);
     const cuda::TensorcoreSplitSearch search(next, rows, slots);
-    const std::optional<cuda::TensorcorePlan> kept = search.plan_keeping_splits(prepared);
-    const std::int64_t kept_finish = kept ? cuda::estimated_finish(*kept, slots) : 0;
-    if (kept && cuda::keeping_splits_pays(kept_finish, search.finish_lower_bound())) continue;
-    const auto best = cuda::tensorcore_plan_for(search);
-    benchmark::DoNotOptimize(kept && cuda::keeping_splits_pays(kept_finish, cuda::estimated_finish(*best, slots)));
+    benchmark::DoNotOptimize(search.plan_to_refresh(prepared, launches_alike));
   }
 }
 BENCHMARK(BM_TensorcoreRefreshSearch)->ArgsProduct({{128, 16}, {0, 1, 2}});

@@ -438,6 +438,21 @@ std::int64_t TensorcoreSplitSearch::finish_lower_bound() const {
   return candidates.empty() ? 0 : candidates.front().bound;
 }
 
+std::shared_ptr<const TensorcorePlan> TensorcoreSplitSearch::plan_to_refresh(
+    const TensorcorePlan& prepared, const std::function<bool(const TensorcorePlan&)>& launches_alike) const {
+  const std::int32_t slots = state_->slots;
+  std::optional<TensorcorePlan> kept = plan_keeping_splits(prepared);
+  if (kept && !launches_alike(*kept)) kept.reset();
+  const std::int64_t kept_finish = kept ? estimated_finish(*kept, slots) : 0;
+  if (kept && keeping_splits_pays(kept_finish, finish_lower_bound())) {
+    return std::make_shared<const TensorcorePlan>(std::move(*kept));
+  }
+  std::shared_ptr<const TensorcorePlan> best = tensorcore_plan_for(*this);
+  if (launches_alike(*best)) return best;
+  if (!kept || !keeping_splits_pays(kept_finish, estimated_finish(*best, slots))) return nullptr;
+  return std::make_shared<const TensorcorePlan>(std::move(*kept));
+}
+
 std::int64_t estimated_finish(const TensorcorePlan& plan, std::int32_t parallel_blocks) {
   std::array<std::byte, 8192> buffer;
   std::pmr::monotonic_buffer_resource arena(buffer.data(), buffer.size());

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -67,6 +68,17 @@ class TensorcoreSplitSearch {
   // to tell that kept split counts are within reach of the searched plan
   // without searching.
   std::int64_t finish_lower_bound() const;
+
+  // The plan a run prepared with `prepared` takes for this phase when it is
+  // refreshed (a captured graph replays it), where `launches_alike` says
+  // whether a plan launches as the prepared run does (grid, workspace
+  // layout and size): the kept split counts when they launch alike and
+  // keeping them pays against the lower bound, which skips the search;
+  // else the searched plan when it launches alike; else the kept counts
+  // when keeping them pays against it (block_schedule.hpp). Null when none
+  // does: prepare anew.
+  std::shared_ptr<const TensorcorePlan> plan_to_refresh(
+      const TensorcorePlan& prepared, const std::function<bool(const TensorcorePlan&)>& launches_alike) const;
 
  private:
   struct State;

@@ -11,11 +11,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <utility>
 
-#include "cuda/block_schedule.hpp"
 #include "cuda/capture_check.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/device_guard.hpp"
@@ -187,25 +185,11 @@ class TensorcoreRun final : public LayerBoundRun {
         plan.metadata_bytes, [&](unsigned char* staging) { stage_metadata(staging, plan, phase); }, stream);
   }
 
-  // The run's split counts kept for a step (handed to its row tiles by
-  // length), when they launch alike and keeping them pays against a bound
-  // no plan beats, which skips the split search; else the step's own best
-  // plan when it launches as the prepared one; else the kept counts when
-  // keeping them pays against that plan (block_schedule.hpp). Null when
-  // none does.
+  // The run's split counts kept for a step when they pay, else the step's
+  // own plan when it launches alike (TensorcoreSplitSearch::plan_to_refresh).
   std::shared_ptr<const TensorcorePlan> plan_to_take(const Problem& next) const {
-    const std::int32_t slots = parallel_blocks(next, variant_);
-    const TensorcoreSplitSearch search(next, variant_.rows, slots);
-    std::optional<TensorcorePlan> kept = search.plan_keeping_splits(*plan_);
-    if (kept && !launches_alike(next, *kept)) kept.reset();
-    const std::int64_t kept_finish = kept ? estimated_finish(*kept, slots) : 0;
-    if (kept && keeping_splits_pays(kept_finish, search.finish_lower_bound())) {
-      return std::make_shared<const TensorcorePlan>(std::move(*kept));
-    }
-    std::shared_ptr<const TensorcorePlan> best = tensorcore_plan_for(search);
-    if (launches_alike(next, *best)) return best;
-    if (!kept || !keeping_splits_pays(kept_finish, estimated_finish(*best, slots))) return nullptr;
-    return std::make_shared<const TensorcorePlan>(std::move(*kept));
+    const TensorcoreSplitSearch search(next, variant_.rows, parallel_blocks(next, variant_));
+    return search.plan_to_refresh(*plan_, [&](const TensorcorePlan& plan) { return launches_alike(next, plan); });
   }
   bool launches_alike(const Problem& next, const TensorcorePlan& plan) const {
     return plan.workspace_bytes <= capacity() && same_launch(launch_of(next, plan, workspace()), launch_);

@@ -576,6 +576,29 @@ TEST(TensorcorePlan, SplitCountsAreKeptOnlyForTheSameRowTiles) {
       << "a plan of 64-row tiles kept by a search of 32-row tiles";
 }
 
+// What a captured run refreshed for the step takes, when only plans on the
+// prepared grid launch alike: the kept counts where they pay, nothing where
+// they do not (prepare anew), the step's own plan where it launches alike.
+TEST(TensorcorePlan, ARefreshTakesKeptCountsOnlyWhenTheyPay) {
+  const auto refreshed = [](const KeptStep& s) {
+    return TensorcoreSplitSearch(s.next_problem, 64, 132).plan_to_refresh(s.prepared, [&](const TensorcorePlan& p) {
+      return p.items.size() == s.prepared.items.size() && p.workspace_bytes == s.prepared.workspace_bytes;
+    });
+  };
+  const KeptStep pays({19969, 131, 302});
+  const auto kept = refreshed(pays);
+  ASSERT_TRUE(kept);
+  EXPECT_EQ(kept->row_tile_splits, pays.prepared.row_tile_splits);
+  expect_plan_covers(pays.next_problem, *kept);
+
+  EXPECT_FALSE(refreshed(KeptStep({20001, 130, 19000}))) << "kept counts that do not pay";
+
+  const KeptStep same({20001, 130, 301});
+  const auto own = refreshed(same);
+  ASSERT_TRUE(own);
+  expect_same_plan(*own, same.best);
+}
+
 // A search builds its parts on first use; whichever answer is asked first,
 // each is what a fresh search gives, and the plan is plan_tensorcore's.
 TEST(TensorcorePlan, ASearchAnswersAlikeInAnyOrder) {
