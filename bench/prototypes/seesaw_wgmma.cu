@@ -62,8 +62,17 @@ constexpr int kSmemBytes = kRowOff + 5 * kM * 4 + 1024;  // + alignment slack
 // Named barriers between the warpgroups (id 0 is __syncthreads).
 constexpr int kScale0Ready = 1, kScale1Ready = 2, kP0Ready = 3, kP1Issued = 4;
 
+// COPY_CPASYNC=1: each part's copies are issued by all 128 threads of the
+// warpgroup that frees it (16-byte cp.async, completing on the part's
+// mbarriers through cp.async.mbarrier.arrive), instead of TMA boxes.
+#ifndef COPY_CPASYNC
+#define COPY_CPASYNC 0
+#endif
+constexpr int kBarrierCount = COPY_CPASYNC ? 128 : 1;
+
 struct Params {
   const __nv_bfloat16* q;   // [B][H][576]
+  const __nv_bfloat16* pool;  // [pages][64][576]
   const int* page_table;    // [B][max_pages]
   int heads, row_tiles, max_pages, kv_len, splits;
   float scale_log2;         // softmax scale * log2(e)
@@ -90,7 +99,10 @@ __device__ __forceinline__ void bar_sync(int id) { asm volatile("bar.sync %0, 25
 __device__ __forceinline__ void bar_arrive(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
 
 __device__ __forceinline__ void mbar_init(u32 bar) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar) : "memory");
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "n"(kBarrierCount) : "memory");
+}
+__device__ __forceinline__ void cp_async_arrive(u32 bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
   asm volatile(
@@ -217,10 +229,6 @@ __global__ void __launch_bounds__(256, 1) seesaw_kernel(const __grid_constant__ 
   asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
   fence_proxy_async();
   __syncthreads();
-  if (tid == 0) {
-    for (int buf = 0; buf < 2; ++buf)
-      for (int k = 0; k < kBlocks; ++k) tma_block(&kv_map, kv_s(buf) + k * kBlockBytes, bar(buf, k), k, pages[buf]);
-  }
 
   const unsigned char* my_kv = kv_s(wg);
   float o[128];
@@ -245,6 +253,7 @@ __global__ void __launch_bounds__(256, 1) seesaw_kernel(const __grid_constant__ 
 #pragma unroll
     for (int k = first; k < last; ++k) {
       mbar_wait(bar(wg, k), parity);
+      if (COPY_CPASYNC) fence_proxy_async();  // cp.async writes, read next by wgmma
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
@@ -344,6 +353,37 @@ __global__ void __launch_bounds__(256, 1) seesaw_kernel(const __grid_constant__ 
     }
   };
   const bool issuer = (tid & 127) == 0;
+  // Blocks [first, last) of buffer `buf` (and `extra`, if any) from `page`,
+  // by the calling warpgroup; every part always has the same issuer.
+  auto load_part = [&](int buf, int first, int last, int extra, int page) {
+#if COPY_CPASYNC
+    const int t = tid & 127;
+    const __nv_bfloat16* src = p.pool + static_cast<long long>(page) * kT * kD + 8 * (t & 7);
+    auto one = [&](int k) {
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int r = (t >> 3) + 16 * u;
+        cp_async_16(kv_s(buf) + k * kBlockBytes + r * 128 + (((t & 7) ^ (r & 7)) << 4), src + r * kD + 64 * k, true);
+      }
+    };
+    for (int k = first; k < last; ++k) one(k);
+    if (extra >= 0) one(extra);
+    for (int k = first; k < last; ++k) cp_async_arrive(bar(buf, k));
+    if (extra >= 0) cp_async_arrive(bar(buf, extra));
+#else
+    if (issuer) {
+      for (int k = first; k < last; ++k) tma_block(&kv_map, kv_s(buf) + k * kBlockBytes, bar(buf, k), k, page);
+      if (extra >= 0) tma_block(&kv_map, kv_s(buf) + extra * kBlockBytes, bar(buf, extra), extra, page);
+    }
+#endif
+  };
+  if (wg == 0) {
+    load_part(0, 0, 4, -1, pages[0]);
+    load_part(1, 0, 4, kRopeBlock, pages[1]);
+  } else {
+    load_part(1, 4, 8, -1, pages[1]);
+    load_part(0, 4, kBlocks, -1, pages[0]);
+  }
 
   issue_s(0, kBlocks, 0, true);
   wgmma_wait<0>();
@@ -368,8 +408,7 @@ __global__ void __launch_bounds__(256, 1) seesaw_kernel(const __grid_constant__ 
       pin(o);
       bar_sync(kScale1Ready);
       // Blocks 0-3 of buffer 0 (V's left half) are read by nobody else.
-      if (issuer && !last)
-        for (int k = 0; k < 4; ++k) tma_block(&kv_map, kv_s(0) + k * kBlockBytes, bar(0, k), k, page_next0);
+      if (!last) load_part(0, 0, 4, -1, page_next0);
       const float g_lo = scale1_s[row_lo], g_hi = scale1_s[row_hi];
       store_p(g_lo, g_hi);
       fence_proxy_async();
@@ -382,10 +421,7 @@ __global__ void __launch_bounds__(256, 1) seesaw_kernel(const __grid_constant__ 
       if (!last) {
         issue_s(0, 4, next_parity, true);
         wgmma_wait<4>();  // P1 V1L done: buffer 1's left half and P1's block are free
-        if (issuer) {
-          for (int k = 0; k < 4; ++k) tma_block(&kv_map, kv_s(1) + k * kBlockBytes, bar(1, k), k, page_next1);
-          tma_block(&kv_map, kv_s(1) + kRopeBlock * kBlockBytes, bar(1, kRopeBlock), kRopeBlock, page_next1);
-        }
+        load_part(1, 0, 4, kRopeBlock, page_next1);
         issue_s(4, kBlocks, next_parity, false);
       }
       wgmma_wait<0>();
@@ -410,11 +446,9 @@ __global__ void __launch_bounds__(256, 1) seesaw_kernel(const __grid_constant__ 
       bar_arrive(kP1Issued);
       if (!last) {
         wgmma_wait<1>();  // P1 V1R done: buffer 1's right half is free
-        if (issuer)
-          for (int k = 4; k < 8; ++k) tma_block(&kv_map, kv_s(1) + k * kBlockBytes, bar(1, k), k, page_next1);
+        load_part(1, 4, 8, -1, page_next1);
         wgmma_wait<0>();  // P0 V0R done: buffer 0's right half and P0's block are free
-        if (issuer)
-          for (int k = 4; k < kBlocks; ++k) tma_block(&kv_map, kv_s(0) + k * kBlockBytes, bar(0, k), k, page_next0);
+        load_part(0, 4, kBlocks, -1, page_next0);
         issue_s(0, kBlocks, next_parity, true);
       }
       wgmma_wait<0>();
@@ -584,6 +618,7 @@ int main(int argc, char** argv) {
 
   Params p{};
   p.q = d_q;
+  p.pool = d_pool;
   p.page_table = d_pt;
   p.heads = H;
   p.row_tiles = (H + kM - 1) / kM;
