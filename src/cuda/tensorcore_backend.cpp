@@ -63,6 +63,7 @@ class TensorcoreCatalog final : public KernelCatalog {
       std::vector<TensorcoreVariant> all;
       for (std::int32_t rows : kTensorcoreRowTiles) {
         all.push_back({rows, 0, q, kv, tensorcore_uses_wgmma(rows), false});
+        if (tensorcore_has_seesaw_build(rows, kv)) all.push_back({rows, 0, q, kv, true, false, true});
         if (tensorcore_has_two_block_build(rows, kv)) all.push_back({rows, 0, q, kv, false, true});
       }
       return all;

@@ -76,14 +76,14 @@ NvrtcProgram tensorcore_jit_program(const TensorcoreVariant& variant, const std:
   program.name = variant.name() + ".cu";
   program.arch = arch;
   program.options = {"-std=c++17"};
-  // The variant's Config and decode_tile arguments, in their template order.
+  // The variant's Config and decode_item arguments, in their template order.
   const std::string config = fmt::format("{}, {}, {}, {}", variant.rows, variant.kv_kind(), variant.engine_kind(),
                                          variant.build_blocks());
   const std::string args = fmt::format("{}, {}, {}, {}, {}, {}", variant.rows, variant.page_size, variant.elem_kind(),
                                        variant.kv_kind(), variant.engine_kind(), variant.build_blocks());
   program.source = fmt::format(
       "{}\nextern \"C\" __global__ void __launch_bounds__(helixmla_tc::Config<{}>::kBlockThreads, "
-      "helixmla_tc::Config<{}>::kBlocksPerSm)\n{}(helixmla_tc::Params p) {{\n  helixmla_tc::decode_tile<{}>(p);\n}}\n",
+      "helixmla_tc::Config<{}>::kBlocksPerSm)\n{}(helixmla_tc::Params p) {{\n  helixmla_tc::decode_item<{}>(p);\n}}\n",
       kTensorcoreKernelSource, config, config, kTensorcoreJitEntry, args);
   return program;
 }

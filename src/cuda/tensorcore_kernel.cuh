@@ -139,7 +139,9 @@ namespace helixmla_tc {
 // Element kinds of the matrix inputs: Q (and out) type, and KV storage.
 enum ElemKind { kElemBf16 = 0, kElemFp16 = 1 };
 enum KvKind { kKvSameAsQ = 0, kKvFp8 = 1 };
-enum EngineKind { kEngineMmaSync = 0, kEngineWgmma = 1 };
+// kEngineSeesaw: wgmma in FlashMLA's layout (decode_tile_seesaw below),
+// 64-row tiles of 16-bit KV.
+enum EngineKind { kEngineMmaSync = 0, kEngineWgmma = 1, kEngineSeesaw = 2 };
 
 constexpr int kThreads = 256;  // the matrix warpgroups' threads (every thread but a producer's)
 // Named barriers of the producer build (fp8 KV on wgmma; 0 is
@@ -199,6 +201,24 @@ struct Params {
   float out_scale;   // KV scale
 };
 
+// The seesaw engine's shared-memory map: Q and two 64-token KV tiles, each
+// nine 64-column blocks of 64 rows x 128 bytes in wgmma's 128-byte-swizzle
+// layout; an mbarrier per block of each tile; per-row state.
+struct SeesawLayout {
+  static constexpr int kTileTokens = 64;
+  static constexpr int kBlocks = kHeadDim / 64;
+  static constexpr int kBlockBytes = kTileTokens * 128;
+  static constexpr int kTileBytes = kBlocks * kBlockBytes;
+  static constexpr int kQOffset = 0;
+  static constexpr int kKvOffset = kTileBytes;
+  static constexpr int kBarrierOffset = 3 * kTileBytes;
+  static constexpr int kRowInfoOffset = kBarrierOffset + 2 * kBlocks * 8;
+  // Per row: bound, running maximum, the two warpgroups' rescale factors, l of each.
+  static constexpr int kRowInfoBytes = 6 * 64 * 4;
+  static constexpr int kSmemBytes = kRowInfoOffset + kRowInfoBytes + 1024;  // + the 1024-byte alignment
+  static_assert(kSmemBytes <= 227 * 1024, "one block's shared memory on sm_90");
+};
+
 // Per-(M, KV kind, engine, build) tuning and the shared-memory map. Offsets up to
 // the scratch buffers are multiples of 1024 bytes (the 128-byte swizzle
 // period); the wgmma engine also aligns the base to 1024 itself.
@@ -219,6 +239,10 @@ struct Config {
                 "a two-block build exists for 32-row fp8 tiles only");
   static constexpr bool kTwoBlockBuild = BLOCKS == 2;
   static constexpr bool kWgmma = ENGINE == kEngineWgmma;
+  // The seesaw engine keeps its own map (SeesawLayout); the rest of this
+  // Config describes the other engines.
+  static constexpr bool kSeesaw = ENGINE == kEngineSeesaw;
+  static_assert(!kSeesaw || (M == 64 && KV == kKvSameAsQ && BLOCKS == 0), "the seesaw engine runs 64-row 16-bit KV");
   // fp8 KV on wgmma: a third warpgroup, the producer, after the matrix
   // threads. It issues the KV copies and widens each tile into the 16-bit
   // tiles the matrix steps read, handing them over through named barriers,
@@ -299,7 +323,8 @@ struct Config {
   // Per row: rescale factor, KV bound, reference maximum, l, true maximum;
   // then mma.sync's rescale-tile word (16 bytes keep the alignment).
   static constexpr int kRowInfoBytes = 5 * M * 4 + 16;
-  static constexpr int kSmemBytes = kRowInfoOffset + kRowInfoBytes + (kWgmma ? 1024 : 0);
+  static constexpr int kSmemBytes =
+      kSeesaw ? SeesawLayout::kSmemBytes : kRowInfoOffset + kRowInfoBytes + (kWgmma ? 1024 : 0);
   // wgmma: Q's register columns pass once through shared memory (16-byte
   // copies with the rest of Q, then ldmatrix into the A layout), in a region
   // no tile uses before the loop's first barrier: the last KV stage (the
@@ -465,6 +490,10 @@ __device__ __forceinline__ void wgmma_commit() {
 __device__ __forceinline__ void wgmma_wait_all() {
   asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
 // Shared memory written through the generic proxy (cp.async, st.shared) and
 // read next by wgmma (the async proxy) must be fenced by its writers.
 __device__ __forceinline__ void fence_proxy_async() {
@@ -477,6 +506,9 @@ __device__ __forceinline__ void fence_proxy_async() {
 // at different instructions, which takes the unaligned forms.
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 __device__ __forceinline__ void handover_sync(int id, int threads) {
   asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
@@ -601,6 +633,74 @@ __device__ __forceinline__ void wgmma_m64n256k16_rs(float (&d)[128], const u32 (
     HMLA_TC_WGMMA_M64N256K16_RS("f16.f16");
   }
 #undef HMLA_TC_WGMMA_M64N256K16_RS
+}
+
+// The seesaw engine's matrix steps. P V with P from shared memory (the
+// other warpgroup's tile): D[64 x 256] += A[64 x 16] B[16 x 256], A K-major,
+// B N-major.
+template <int ELEM>
+__device__ __forceinline__ void wgmma_m64n256k16_ss(float (&d)[128], u64 desc_a, u64 desc_b) {
+#define HMLA_TC_WGMMA_M64N256K16_SS(TYPES)                                                          \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                          \
+               "wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPES " " HMLA_TC_D128_TEXT ", "      \
+               "%128, %129, p, 1, 1, 0, 1;\n}\n"                                                   \
+               : HMLA_TC_D128_OPERANDS(d)                                                         \
+               : "l"(desc_a), "l"(desc_b))
+  if constexpr (ELEM == kElemBf16) {
+    HMLA_TC_WGMMA_M64N256K16_SS("bf16.bf16");
+  } else {
+    HMLA_TC_WGMMA_M64N256K16_SS("f16.f16");
+  }
+#undef HMLA_TC_WGMMA_M64N256K16_SS
+}
+
+// S of a whole 64-token tile: D[64 x 64] (+)= A[64 x 16] B[64 x 16]^T, both
+// K-major in shared memory; `accumulate` 0 overwrites D.
+#define HMLA_TC_D32_TEXT                                                                                      \
+  "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28," \
+  "%29,%30,%31}"
+#define HMLA_TC_D8_OPERANDS(d, i)                                                                            \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
+      "+f"(d[i + 7])
+template <int ELEM>
+__device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], u64 desc_a, u64 desc_b, int accumulate) {
+#define HMLA_TC_WGMMA_M64N64K16_SS(TYPES)                                                                    \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                  \
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPES " " HMLA_TC_D32_TEXT ", %32, %33, p, 1, 1, 0, 0;\n}\n" \
+               : HMLA_TC_D8_OPERANDS(d, 0), HMLA_TC_D8_OPERANDS(d, 8), HMLA_TC_D8_OPERANDS(d, 16),          \
+                 HMLA_TC_D8_OPERANDS(d, 24)                                                                \
+               : "l"(desc_a), "l"(desc_b), "r"(accumulate))
+  if constexpr (ELEM == kElemBf16) {
+    HMLA_TC_WGMMA_M64N64K16_SS("bf16.bf16");
+  } else {
+    HMLA_TC_WGMMA_M64N64K16_SS("f16.f16");
+  }
+#undef HMLA_TC_WGMMA_M64N64K16_SS
+}
+#undef HMLA_TC_D8_OPERANDS
+#undef HMLA_TC_D32_TEXT
+
+// mbarriers of the seesaw engine: each completes when `count` threads'
+// cp.async copies issued before their cp_async_arrive have landed.
+__device__ __forceinline__ void mbarrier_init(u32 bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void cp_async_arrive(u32 bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbarrier_wait(u32 bar, u32 parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+// Keeps a value the compiler would otherwise hoist out of a loop (and
+// hold in a register per use) computed where it is used.
+__device__ __forceinline__ u64 launder(u64 x) {
+  asm volatile("" : "+l"(x));
+  return x;
 }
 
 __device__ __forceinline__ int visible_kv(int kv_len, int q_len, int t) {
@@ -1709,10 +1809,425 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   }
 }
 
+// The seesaw engine: 64-row tiles of 16-bit KV in FlashMLA's layout
+// (bench/prototypes/seesaw_wgmma.cu measured it first). The wgmma engine
+// above splits each 32-token tile's S between its warpgroups by the
+// reduction, swaps the partial sums behind a block barrier, and both run
+// the same softmax. Here warpgroup 0 owns the even 64-token tiles and
+// warpgroup 1 the odd ones: each computes its tile's whole S (Q and K from
+// shared memory), runs its softmax and hands P to the other through shared
+// memory (in its tile's rope block, which S is done with); each owns 256 of
+// the 512 output columns and multiplies both tiles' P into them, its own P
+// from registers, the other's from shared memory. The running maximum
+// passes between the warpgroups through shared memory, so their softmaxes
+// alternate and one's matrix steps run during the other's softmax.
+//
+// A block's two KV buffers hold a pair of tiles; each part of a buffer is
+// refilled with the next pair's tile as soon as its last reader is done,
+// by the warpgroup that frees it (always the same one for a part: 16-byte
+// cp.async per thread, every row looked up in the page table, rows past
+// the range zero-filled), completing on the part's blocks' mbarriers:
+//   buffer 0, blocks 0-3 (V's left half): warpgroup 0, after its P V;
+//   buffer 1, blocks 0-3 and the rope block: warpgroup 0, after P1 V1L;
+//   buffer 1, blocks 4-7: warpgroup 1, after its P V;
+//   buffer 0, blocks 4-8: warpgroup 1, after P0 V0R.
+// Named barriers order the hand-offs: kSeesawScale0 (warpgroup 0's maxima
+// and factors are out), kSeesawScale1 (warpgroup 1's), kSeesawP0 (P0 is in
+// shared memory), kSeesawP1 (warpgroup 1 has issued P0 V0R; its P1 went
+// out before). Each is used once per pair in this order, so no warpgroup
+// can arrive twice before the other has waited once.
+constexpr int kSeesawScale0 = 1, kSeesawScale1 = 2, kSeesawP0 = 3, kSeesawP1 = 4;
+
+template <int PAGE, int ELEM>
+__device__ __forceinline__ void decode_tile_seesaw(const Params& p) {
+  typedef SeesawLayout L;
+  constexpr int T = L::kTileTokens;
+  constexpr int kRope = L::kBlocks - 1;  // each warpgroup's P lives in its tile's rope block
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  unsigned char* q_s = smem + L::kQOffset;
+  auto kv_s = [&](int buf) { return smem + L::kKvOffset + buf * L::kTileBytes; };
+  const u32 bar0 = smem_addr(smem + L::kBarrierOffset);
+  auto bar = [&](int buf, int block) { return bar0 + 8 * (buf * L::kBlocks + block); };
+  int* bound_s = reinterpret_cast<int*>(smem + L::kRowInfoOffset);
+  float* m_s = reinterpret_cast<float*>(bound_s + 64);  // running maximum, scaled, log2 units
+  float* scale0_s = m_s + 64;
+  float* scale1_s = scale0_s + 64;
+  float* l_s = scale1_s + 64;  // [warpgroup][row]
+
+  const WorkItem w = p.items[blockIdx.x];
+  const int tid = threadIdx.x;
+  // Broadcast from lane 0: a warp-uniform value keeps descriptors uniform.
+  const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
+  const int t = tid & 127;
+  const int lane = tid & 31;
+  const int g = lane >> 2, c4 = lane & 3;
+  const int row_lo = (t >> 5) * 16 + g, row_hi = row_lo + 8;
+  const int rows_total = w.q_len * p.heads;
+  const long long row0 = static_cast<long long>(w.token_offset) * p.heads + w.row_begin;
+  const int n_tiles = w.kv_end > w.kv_begin ? (w.kv_end - w.kv_begin + T - 1) / T : 0;
+  const int pairs = (n_tiles + 1) / 2;  // an odd count's last pair has an empty, zero-filled second tile
+  const int* page_row = p.page_table + static_cast<long long>(w.request) * p.page_table_stride;
+  const unsigned char* pool = static_cast<const unsigned char*>(p.pool);
+
+  if (tid == 0) {
+    for (int i = 0; i < 2 * L::kBlocks; ++i) mbarrier_init(bar0 + 8 * i, 128);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  if (tid < 64) {
+    // Rows past the request's last are never stored; they see the whole
+    // range (their Q is zero: finite S), so their warps skip the masking
+    // in full tiles too.
+    const int r = w.row_begin + tid;
+    int bound = w.kv_end;
+    if (r < rows_total) {
+      const int tok = r / p.heads;
+      bound = p.token_bounds ? p.token_bounds[w.token_offset + tok] : visible_kv(w.kv_len, w.q_len, tok);
+      bound = bound < w.kv_end ? bound : w.kv_end;
+    }
+    bound_s[tid] = bound;
+    m_s[tid] = neg_inf();
+  }
+  // Q: eight threads to a row, each every eighth chunk; rows past the
+  // request's last are zero (finite S).
+  {
+    const int sub = tid & 7;
+    const unsigned char* q = static_cast<const unsigned char*>(p.q);
+    for (int r = tid >> 3; r < 64; r += 32) {
+      const bool valid = w.row_begin + r < rows_total;
+      const unsigned char* src = valid ? q + (row0 + r) * kRowBytes16 + sub * 16 : q;
+#pragma unroll
+      for (int k = 0; k < L::kBlocks; ++k) {
+        cp_async_16(q_s + k * L::kBlockBytes + r * 128 + ((sub ^ (r & 7)) << 4), valid ? src + 128 * k : src, valid);
+      }
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    fence_proxy_async();
+  }
+  __syncthreads();
+  const int bound_lo = bound_s[row_lo], bound_hi = bound_s[row_hi];
+  // The warp's first masked position: one branch for the warp, whose
+  // threads' rows differ in their bounds.
+  const int warp_bound = __reduce_min_sync(0xffffffffu, bound_lo < bound_hi ? bound_lo : bound_hi);
+
+  // KV copies: thread t of the issuing warpgroup takes chunk t % 8 of every
+  // block of rows t / 8 + 16 u. Page ids are looked up a pair ahead.
+  // Positions are unsigned: PAGE's divisions become shifts and masks.
+  const int copy_sub = t & 7;
+  auto page_of = [&](int tile, int u) {
+    const unsigned pos = static_cast<unsigned>(w.kv_begin + tile * T + (t >> 3) + 16 * u);
+    return pos < static_cast<unsigned>(w.kv_end) ? page_row[pos / PAGE] : -1;
+  };
+  // Blocks [first, last) and `extra` (if >= 0) of tile `tile` into buffer `buf`.
+  auto load_part = [&](int buf, int tile, int first, int last, int extra, const int (&pages)[4]) {
+    unsigned char* dst = kv_s(buf);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int r = (t >> 3) + 16 * u;
+      const bool valid = pages[u] >= 0;
+      const unsigned pos = static_cast<unsigned>(w.kv_begin + tile * T + r);
+      const long long slot = valid ? static_cast<long long>(pages[u]) * PAGE + pos % PAGE : 0;
+      const unsigned char* src = pool + slot * kRowBytes16 + copy_sub * 16;
+      const int at = r * 128 + ((copy_sub ^ (r & 7)) << 4);
+      for (int k = first; k < last; ++k) cp_async_16(dst + k * L::kBlockBytes + at, src + 128 * k, valid);
+      if (extra >= 0) cp_async_16(dst + extra * L::kBlockBytes + at, src + 128 * extra, valid);
+    }
+    for (int k = first; k < last; ++k) cp_async_arrive(bar(buf, k));
+    if (extra >= 0) cp_async_arrive(bar(buf, extra));
+  };
+  // This warpgroup's parts of a pair's two tiles (see above).
+  auto load_pair_parts = [&](int pair, const int (&pages0)[4], const int (&pages1)[4]) {
+    if (wg == 0) {
+      load_part(0, 2 * pair, 0, 4, -1, pages0);
+      load_part(1, 2 * pair + 1, 0, 4, kRope, pages1);
+    } else {
+      load_part(1, 2 * pair + 1, 4, 8, -1, pages1);
+      load_part(0, 2 * pair, 4, L::kBlocks, -1, pages0);
+    }
+  };
+  int pages0[4], pages1[4];  // this thread's rows of the next pair's tiles
+  auto look_up_pair = [&](int pair) {
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      pages0[u] = page_of(2 * pair, u);
+      pages1[u] = page_of(2 * pair + 1, u);
+    }
+  };
+  if (pairs > 0) {
+    look_up_pair(0);
+    load_pair_parts(0, pages0, pages1);
+    look_up_pair(1);
+  }
+
+  // Descriptors are linear in the address: each step adds a constant to a
+  // base, laundered where it is used (hoisted, a tile's 72 S descriptors
+  // would take 144 registers).
+  const u64 q_desc = smem_desc(q_s, 16, 1024);
+  const u64 k_desc = smem_desc(kv_s(wg), 16, 1024);
+  const u64 v_desc = smem_desc(kv_s(0) + 4 * wg * L::kBlockBytes, L::kBlockBytes, 1024);
+  const u64 p_desc = smem_desc(kv_s(wg ^ 1) + kRope * L::kBlockBytes, 16, 1024);
+  auto v_at = [&](int buf, int kk) { return v_desc + static_cast<u64>((buf * L::kTileBytes + kk * 16 * 128) >> 4); };
+
+  float o[128];  // rows row_lo (4 j + e) and row_hi (4 j + 2 + e), columns 256 wg + 8 j + 2 c4 + e
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+  float s[32];    // S, then P, of this warpgroup's tile: columns 8 j + 2 c4 + e
+  u32 pa[4][4];   // P as wgmma A fragments, k16 step kk: 8-token groups 2 kk, 2 kk + 1
+  float l_lo = 0.0f, l_hi = 0.0f;  // this thread's tokens of this warpgroup's tiles
+
+  // S of this warpgroup's tile over blocks [first, last), each behind its
+  // block's mbarrier, one commit group per block.
+  auto issue_s = [&](int first, int last, u32 parity, bool fresh) {
+    const u64 qd = launder(q_desc), kd = launder(k_desc);
+#pragma unroll
+    for (int k = first; k < last; ++k) {
+      mbarrier_wait(bar(wg, k), parity);
+      fence_proxy_async();  // the copies are generic-proxy writes; wgmma reads through the async proxy
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const u64 step = static_cast<u64>((k * L::kBlockBytes + kk * 32) >> 4);
+        wgmma_m64n64k16_ss<ELEM>(s, qd + step, kd + step, (fresh && k == first && kk == 0) ? 0 : 1);
+      }
+      wgmma_commit();
+    }
+  };
+  auto issue_pv_own = [&]() {
+    pin_registers(o);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wgmma_m64n256k16_rs<ELEM>(o, pa[kk], v_at(wg, kk));
+    wgmma_commit();
+  };
+  auto issue_pv_other = [&]() {
+    pin_registers(o);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wgmma_m64n256k16_ss<ELEM>(o, p_desc + static_cast<u64>(2 * kk), v_at(wg ^ 1, kk));
+    wgmma_commit();
+  };
+  // Masks S of `tile` past each row's bound, moves the running maxima
+  // (m_s) past it, and turns S into P (float in s, 16-bit in pa). Returns
+  // the rows' old-to-new factors and P's sums over this thread's tokens.
+  auto softmax = [&](int tile, float& f_lo, float& f_hi, float& sum_lo, float& sum_hi) {
+    const int start = w.kv_begin + tile * T;
+    if (start + T > warp_bound) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int pos = start + 8 * j + 2 * c4 + e;
+          if (pos >= bound_lo) s[4 * j + e] = neg_inf();
+          if (pos >= bound_hi) s[4 * j + 2 + e] = neg_inf();
+        }
+      }
+    }
+    // Maxima of the unscaled S (the scale is positive), over the quad.
+    float mx_lo = neg_inf(), mx_hi = neg_inf();
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      mx_lo = fmaxf(mx_lo, fmaxf(s[4 * j], s[4 * j + 1]));
+      mx_hi = fmaxf(mx_hi, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+    }
+#pragma unroll
+    for (int off = 1; off < 4; off <<= 1) {
+      mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, off));
+      mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, off));
+    }
+    const float old_lo = m_s[row_lo], old_hi = m_s[row_hi];
+    const float new_lo = fmaxf(old_lo, mx_lo * p.scale_log2);
+    const float new_hi = fmaxf(old_hi, mx_hi * p.scale_log2);
+    // A row that has seen nothing subtracts 0: its -inf positions give 0.
+    const float sub_lo = new_lo == neg_inf() ? 0.0f : new_lo;
+    const float sub_hi = new_hi == neg_inf() ? 0.0f : new_hi;
+    f_lo = fast_exp2(old_lo - sub_lo);
+    f_hi = fast_exp2(old_hi - sub_hi);
+    __syncwarp();  // the quad has read m_s; its four threads write the same values
+    m_s[row_lo] = new_lo;
+    m_s[row_hi] = new_hi;
+    sum_lo = 0.0f;
+    sum_hi = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        s[4 * j + e] = fast_exp2(fmaf(s[4 * j + e], p.scale_log2, -sub_lo));
+        s[4 * j + 2 + e] = fast_exp2(fmaf(s[4 * j + 2 + e], p.scale_log2, -sub_hi));
+        sum_lo += s[4 * j + e];
+        sum_hi += s[4 * j + 2 + e];
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) pa[kk][i] = pack2<ELEM>(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
+  };
+  // O's rows times their factors; skipped where every factor of the warp
+  // is 1, as on most tiles once the maxima settle.
+  auto scale_o = [&](float f_lo, float f_hi) {
+    if (__any_sync(0xffffffffu, f_lo != 1.0f || f_hi != 1.0f)) {
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        o[4 * j] *= f_lo;
+        o[4 * j + 1] *= f_lo;
+        o[4 * j + 2] *= f_hi;
+        o[4 * j + 3] *= f_hi;
+      }
+    }
+  };
+  // P (times per-row factors) into this warpgroup's rope block, K-major and
+  // swizzled like Q, for the other warpgroup's P V: its A fragments as they
+  // are where the warp's factors are all 1, as on most pairs.
+  auto store_p = [&](float f_lo, float f_hi) {
+    unsigned char* dst = kv_s(wg) + kRope * L::kBlockBytes;
+    const bool as_is = __all_sync(0xffffffffu, f_lo == 1.0f && f_hi == 1.0f);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {  // 8-token group j = 2 kk + h
+        const int j = 2 * kk + h;
+        const u32 lo = as_is ? pa[kk][2 * h] : pack2<ELEM>(s[4 * j] * f_lo, s[4 * j + 1] * f_lo);
+        const u32 hi = as_is ? pa[kk][2 * h + 1] : pack2<ELEM>(s[4 * j + 2] * f_hi, s[4 * j + 3] * f_hi);
+        *reinterpret_cast<u32*>(dst + row_lo * 128 + ((j ^ (row_lo & 7)) << 4) + 4 * c4) = lo;
+        *reinterpret_cast<u32*>(dst + row_hi * 128 + ((j ^ (row_hi & 7)) << 4) + 4 * c4) = hi;
+      }
+    }
+  };
+
+  if (pairs > 0) {
+    issue_s(0, L::kBlocks, 0, true);
+    wgmma_wait_all();
+    pin_registers(s);
+  }
+  for (int i = 0; i < pairs; ++i) {
+    const bool last = i + 1 == pairs;
+    const u32 next_parity = (i + 1) & 1;
+    float f_lo, f_hi, sum_lo, sum_hi;
+    if (wg == 0) {
+      softmax(2 * i, f_lo, f_hi, sum_lo, sum_hi);
+      scale0_s[row_lo] = f_lo;  // the quad's threads write the same value
+      scale0_s[row_hi] = f_hi;
+      named_barrier_arrive(kSeesawScale0, kThreads);
+      scale_o(f_lo, f_hi);
+      l_lo = l_lo * f_lo + sum_lo;
+      l_hi = l_hi * f_hi + sum_hi;
+      issue_pv_own();
+      wgmma_wait_all();
+      pin_registers(o);
+      named_barrier_sync(kSeesawScale1, kThreads);
+      // P0 moves to the pair's final maxima before it goes out (warpgroup 1
+      // waits for it); O and l follow.
+      const float g_lo = scale1_s[row_lo], g_hi = scale1_s[row_hi];
+      store_p(g_lo, g_hi);
+      fence_proxy_async();
+      named_barrier_arrive(kSeesawP0, kThreads);
+      if (!last) load_part(0, 2 * i + 2, 0, 4, -1, pages0);
+      named_barrier_sync(kSeesawP1, kThreads);
+      scale_o(g_lo, g_hi);
+      l_lo *= g_lo;
+      l_hi *= g_hi;
+      issue_pv_other();
+      if (!last) {
+        issue_s(0, 4, next_parity, true);
+        wgmma_wait<4>();  // P1 V1L: buffer 1's left half and P1's block are free
+        load_part(1, 2 * i + 3, 0, 4, kRope, pages1);
+        issue_s(4, L::kBlocks, next_parity, false);
+      }
+      // Each branch waits for its own matrix steps: waited for after the
+      // branches join, ptxas serialised the wgmmas (C7515).
+      wgmma_wait_all();
+      pin_registers(o);
+      pin_registers(s);
+    } else {
+      named_barrier_sync(kSeesawScale0, kThreads);
+      softmax(2 * i + 1, f_lo, f_hi, sum_lo, sum_hi);
+      scale1_s[row_lo] = f_lo;
+      scale1_s[row_hi] = f_hi;
+      const float h_lo = f_lo * scale0_s[row_lo], h_hi = f_hi * scale0_s[row_hi];
+      named_barrier_arrive(kSeesawScale1, kThreads);
+      scale_o(h_lo, h_hi);
+      l_lo = l_lo * h_lo + sum_lo;
+      l_hi = l_hi * h_hi + sum_hi;
+      store_p(1.0f, 1.0f);
+      issue_pv_own();
+      fence_proxy_async();
+      named_barrier_sync(kSeesawP0, kThreads);
+      issue_pv_other();
+      named_barrier_arrive(kSeesawP1, kThreads);
+      if (!last) {
+        wgmma_wait<1>();  // P1 V1R: buffer 1's right half is free
+        load_part(1, 2 * i + 3, 4, 8, -1, pages1);
+        wgmma_wait<0>();  // P0 V0R: buffer 0's right half and P0's block are free
+        load_part(0, 2 * i + 2, 4, L::kBlocks, -1, pages0);
+        issue_s(0, L::kBlocks, next_parity, true);
+      }
+      wgmma_wait_all();
+      pin_registers(o);
+      pin_registers(s);
+    }
+    // The pages of the pair after the next, for the next pair's copies.
+    if (i + 2 < pairs) look_up_pair(i + 2);
+  }
+
+  // l: the quad's partial sums, then the two warpgroups' (each has its own tiles').
+#pragma unroll
+  for (int off = 1; off < 4; off <<= 1) {
+    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, off);
+    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, off);
+  }
+  if (c4 == 0) {
+    l_s[wg * 64 + row_lo] = l_lo;
+    l_s[wg * 64 + row_hi] = l_hi;
+  }
+  __syncthreads();
+  const bool direct = w.split < 0;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = half ? row_hi : row_lo;
+    if (w.row_begin + r >= rows_total) continue;
+    const float l = l_s[r] + l_s[64 + r];
+    const float inv = l > 0.0f ? p.out_scale / l : 0.0f;
+    if (direct) {
+      u32* out = reinterpret_cast<u32*>(static_cast<u16*>(p.out) + (row0 + r) * kLatent + 256 * wg + 2 * c4);
+#pragma unroll
+      for (int j = 0; j < 32; ++j) out[4 * j] = pack2<ELEM>(o[4 * j + 2 * half] * inv, o[4 * j + 2 * half + 1] * inv);
+    } else {
+      const long long entry = static_cast<long long>(w.first_entry) + static_cast<long long>(r) * w.splits + w.split;
+      float* out = p.partial_out + entry * kLatent + 256 * wg + 2 * c4;
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        *reinterpret_cast<float2*>(out + 8 * j) = make_float2(o[4 * j + 2 * half] * inv, o[4 * j + 2 * half + 1] * inv);
+      }
+    }
+  }
+  if (tid < 64 && w.row_begin + tid < rows_total) {
+    // The running maximum is the true one (rescaling is exact): the stats take it as it is.
+    const float l = l_s[tid] + l_s[64 + tid];
+    const float m = l > 0.0f ? m_s[tid] * 0.6931471805599453f : neg_inf();
+    if (direct) {
+      if (p.stats) *reinterpret_cast<float2*>(p.stats + (row0 + tid) * 2) = make_float2(m, l);
+    } else {
+      const long long entry = static_cast<long long>(w.first_entry) + static_cast<long long>(tid) * w.splits + w.split;
+      *reinterpret_cast<float2*>(p.partial_stats + entry * 2) = make_float2(m, l);
+    }
+  }
+}
+
+// A work item on the engine ENGINE names.
+template <int M, int PAGE, int ELEM, int KV, int ENGINE, int BLOCKS = 0>
+__device__ __forceinline__ void decode_item(const Params& p) {
+  if constexpr (ENGINE == kEngineSeesaw) {
+    decode_tile_seesaw<PAGE, ELEM>(p);
+  } else {
+    decode_tile<M, PAGE, ELEM, KV, ENGINE, BLOCKS>(p);
+  }
+}
+
 template <int M, int PAGE, int ELEM, int KV, int ENGINE, int BLOCKS = 0>
 __global__ void __launch_bounds__(Config<M, KV, ENGINE, BLOCKS>::kBlockThreads, Config<M, KV, ENGINE, BLOCKS>::kBlocksPerSm)
     mla_decode_kernel(Params p) {
-  decode_tile<M, PAGE, ELEM, KV, ENGINE, BLOCKS>(p);
+  decode_item<M, PAGE, ELEM, KV, ENGINE, BLOCKS>(p);
 }
 
 #endif  // __CUDACC__

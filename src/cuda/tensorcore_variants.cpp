@@ -12,7 +12,8 @@ bool TensorcoreVariant::precompiled() const {
                               page_size) != kTensorcorePrecompiledPages.end();
   return page && q_dtype == DType::bf16 &&
          (kv_dtype == DType::bf16 || kv_dtype == DType::fp8_e4m3) &&
-         wgmma == tensorcore_uses_wgmma(rows) && (!two_blocks || tensorcore_has_two_block_build(rows, kv_dtype));
+         wgmma == tensorcore_uses_wgmma(rows) && (!seesaw || tensorcore_has_seesaw_build(rows, kv_dtype)) &&
+         (!two_blocks || tensorcore_has_two_block_build(rows, kv_dtype));
 }
 
 int TensorcoreVariant::elem_kind() const {
@@ -24,6 +25,7 @@ int TensorcoreVariant::kv_kind() const {
 }
 
 int TensorcoreVariant::engine_kind() const {
+  if (seesaw) return helixmla_tc::kEngineSeesaw;
   return wgmma ? helixmla_tc::kEngineWgmma : helixmla_tc::kEngineMmaSync;
 }
 
@@ -38,6 +40,10 @@ auto with_config(const TensorcoreVariant& v, F f) {
     throw InvalidArgument("variant.two_blocks", -1, v.name(), "only 32-row tiles with fp8 KV have a two-block build");
   }
   if (v.wgmma && v.rows != 64) throw InvalidArgument("variant.wgmma", -1, v.name(), "wgmma runs 64-row tiles");
+  if (v.seesaw && (!v.wgmma || v.kv_kind() == kKvFp8)) {
+    throw InvalidArgument("variant.seesaw", -1, v.name(), "the seesaw engine is wgmma on 16-bit KV");
+  }
+  if (v.seesaw) return f(Config<64, kKvSameAsQ, kEngineSeesaw>{});
   const bool fp8 = v.kv_kind() == kKvFp8;
   if (v.rows == 16) return fp8 ? f(Config<16, kKvFp8>{}) : f(Config<16, kKvSameAsQ>{});
   if (v.rows == 32) {
@@ -68,7 +74,8 @@ std::string TensorcoreVariant::name() const { return name_for_page(std::to_strin
 
 std::string TensorcoreVariant::name_for_page(std::string_view page) const {
   return "tc_m" + std::to_string(rows) + "_p" + std::string(page) + "_" + std::string(to_string(q_dtype)) + "_" +
-         std::string(to_string(kv_dtype)) + (wgmma ? "_wgmma" : "") + (two_blocks ? "_2blocks" : "");
+         std::string(to_string(kv_dtype)) + (seesaw ? "_seesaw" : wgmma ? "_wgmma" : "") +
+         (two_blocks ? "_2blocks" : "");
 }
 
 // Block slots per SM the plan fills (A/B builds, CMake's HELIXMLA_TC_KNOBS):
@@ -108,6 +115,7 @@ TensorcoreVariant tensorcore_variant(std::int32_t heads, std::int32_t q_len, std
   v.q_dtype = q_dtype;
   v.kv_dtype = kv_dtype;
   v.wgmma = tensorcore_uses_wgmma(v.rows);
+  v.seesaw = tensorcore_uses_seesaw(v.rows, kv_dtype, q_len > 0 ? std::int64_t{heads} * q_len : 0);
   v.two_blocks = tensorcore_has_two_block_build(v.rows, kv_dtype) && batch_bucket >= kTwoBlocks32RowFp8FromBatch;
   return v;
 }

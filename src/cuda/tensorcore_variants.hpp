@@ -24,6 +24,23 @@ inline constexpr bool kTensorcoreWgmmaFor64Rows = true;
 
 // Whether a row tile's kernel runs on wgmma (its default engine).
 constexpr bool tensorcore_uses_wgmma(std::int32_t rows) { return rows == 64 && kTensorcoreWgmmaFor64Rows; }
+// 64-row tiles of 16-bit KV have a second wgmma build, the seesaw engine
+// (FlashMLA's layout: tensorcore_kernel.cuh's decode_tile_seesaw). fp8 KV
+// keeps the wgmma engine with its producer warpgroup.
+constexpr bool tensorcore_has_seesaw_build(std::int32_t rows, DType kv_dtype) {
+  return tensorcore_uses_wgmma(rows) && kv_dtype != DType::fp8_e4m3;
+}
+// Which of the two runs a phase whose requests have `request_rows` rows
+// each (heads x q_len; 0 = varies, a context phase): the seesaw engine
+// where they span several tiles, whose blocks read the same KV (all but
+// the first from L2), so the matrix steps bound them: suite case 1 328 ->
+// 313 us, case 2 663 -> 583 (bench/RESULTS.md, session 25). Requests of
+// one tile or less are bound by memory, where the wgmma engine's four-stage
+// ring stayed as fast or faster (cases 3, 4 and 14: 180, 331 and 324 us
+// against 185, 335 and 332).
+constexpr bool tensorcore_uses_seesaw(std::int32_t rows, DType kv_dtype, std::int64_t request_rows) {
+  return tensorcore_has_seesaw_build(rows, kv_dtype) && (request_rows == 0 || request_rows > rows);
+}
 
 struct TensorcoreVariant {
   std::int32_t rows = 64;  // query rows per block (16, 32 or 64)
@@ -32,6 +49,7 @@ struct TensorcoreVariant {
   DType kv_dtype = DType::bf16;  // q_dtype or fp8_e4m3
   bool wgmma = false;            // matrix engine: wgmma (64 rows only) or mma.sync
   bool two_blocks = false;       // the build for two blocks per SM (32-row fp8 only; below)
+  bool seesaw = false;           // wgmma in FlashMLA's layout (64 rows, 16-bit KV; wgmma set too)
 
   bool precompiled() const;
   int elem_kind() const;  // helixmla_tc::ElemKind
@@ -41,7 +59,7 @@ struct TensorcoreVariant {
   int block_threads() const;  // threads per block: 384 with a producer warpgroup, else 256
   int engine_kind() const;  // helixmla_tc::EngineKind
   int build_blocks() const;  // helixmla_tc::Config's BLOCKS: 2 for the two-block build, else 0
-  // e.g. "tc_m64_p64_bf16_fp8_wgmma", "tc_m32_p64_bf16_fp8_2blocks"
+  // e.g. "tc_m64_p64_bf16_fp8_wgmma", "tc_m64_p64_bf16_bf16_seesaw", "tc_m32_p64_bf16_fp8_2blocks"
   std::string name() const;
   // The same with `page` in place of the page size (the catalog's "<any>").
   std::string name_for_page(std::string_view page) const;

@@ -261,13 +261,18 @@ TEST(TensorcoreFp8Producer, ItemsOfEveryShortTileCountMatch) {
 
 // Per-token Helix bounds that differ inside a verify group, including tokens
 // that see nothing (stats (-inf, 0), zero output).
-// 64-row tiles have two matrix engines; the one the catalog does not pick is
-// compiled just in time here, so both stay verified.
-TEST(TensorcoreEngines, BothEnginesOf64RowTilesMatchReference) {
+// 64-row tiles have three matrix engines (the seesaw engine for 16-bit KV,
+// wgmma, mma.sync); those the catalog does not pick are compiled just in
+// time here, so all stay verified.
+TEST(TensorcoreEngines, EveryEngineOf64RowTilesMatchesReference) {
   SKIP_WITHOUT_TENSORCORE();
   if (!Environment::detect().nvrtc) GTEST_SKIP() << "no NVRTC";
-  for (bool wgmma : {true, false}) {
+  struct Engine {
+    bool wgmma, seesaw;
+  };
+  for (const Engine engine : {Engine{true, true}, Engine{true, false}, Engine{false, false}}) {
     for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
+      if (engine.seesaw && kv == DType::fp8_e4m3) continue;  // 16-bit KV only
       for (std::int32_t heads : {48, 128}) {
         BatchSpec spec = decode_spec(heads, heads == 48 ? 2 : 1, heads == 48 ? 16 : 64, kv);
         spec.kv_len = {700, 37, 2000};
@@ -278,7 +283,8 @@ TEST(TensorcoreEngines, BothEnginesOf64RowTilesMatchReference) {
         validate(p);
         cuda::TensorcoreVariant variant = cuda::tensorcore_variant_of(p);
         ASSERT_EQ(variant.rows, 64);
-        variant.wgmma = wgmma;
+        variant.wgmma = engine.wgmma;
+        variant.seesaw = engine.seesaw;
         const std::string label = label_of(spec) + " " + variant.name();
         device.poison_outputs();
         check_cuda(cudaDeviceSynchronize(), "poison");

@@ -101,6 +101,7 @@ TEST(TensorcoreTiming, SuiteShapesPrintTimes) {
       variants.push_back(variants.front());
       variants.back().rows = 16;
       variants.back().wgmma = false;
+      variants.back().seesaw = false;
     }
     for (const cuda::TensorcoreVariant& variant : variants) {
       batch.poison_outputs(stream);

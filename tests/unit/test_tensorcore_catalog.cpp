@@ -18,6 +18,7 @@
 
 #include "cuda/block_schedule.hpp"
 #include "cuda/tensorcore_backend.hpp"
+#include "cuda/tensorcore_kernel.cuh"
 #include "cuda/tensorcore_plan.hpp"
 #include "cuda/tensorcore_variants.hpp"
 #include "helixmla/error.hpp"
@@ -96,7 +97,8 @@ TEST(TensorcoreCatalog, InventoryListsWhatCanImplementNames) {
     EXPECT_TRUE(v.precompiled) << v.name;
     precompiled.insert(v.name);
   }
-  EXPECT_EQ(precompiled.size(), 28u);  // 3 row tiles x 2 KV types x 4 pages, and 32-row fp8 twice
+  // 3 row tiles x 2 KV types x 4 pages, 32-row fp8 twice, 64-row 16-bit KV twice (seesaw)
+  EXPECT_EQ(precompiled.size(), 32u);
   for (std::int32_t heads : {1, 16, 24, 48, 64, 96, 128}) {
     for (std::int32_t q_len : {1, 2, 4, 16}) {
       for (const DType kv : {DType::bf16, DType::fp8_e4m3}) {
@@ -243,6 +245,37 @@ TEST(TensorcoreCatalog, OnlySixtyFourRowTilesUseWgmma) {
   EXPECT_FALSE(tensorcore_variant_for(decode_shape(16, 64)).wgmma);
   EXPECT_FALSE(tensorcore_variant_for(decode_shape(24, 64)).wgmma);
   EXPECT_EQ(tensorcore_variant_for(decode_shape(64, 64)).wgmma, kTensorcoreWgmmaFor64Rows);
+}
+
+TEST(TensorcoreCatalog, RequestsOfSeveralSixtyFourRowTilesRunTheSeesawEngine) {
+  // 16-bit KV whose requests span several 64-row tiles (128 heads; 48 x
+  // q_len 2; a context phase) take the seesaw build, precompiled and
+  // listed; one tile or less (64 heads, 48) keeps the wgmma engine.
+  const TensorcoreVariant bf16 = tensorcore_variant_for(decode_shape(128, 64));
+  EXPECT_TRUE(bf16.seesaw);
+  EXPECT_TRUE(bf16.wgmma);
+  EXPECT_EQ(bf16.name(), "tc_m64_p64_bf16_bf16_seesaw");
+  EXPECT_EQ(bf16.smem_bytes(), helixmla_tc::SeesawLayout::kSmemBytes);
+  EXPECT_TRUE(bf16.precompiled());
+  EXPECT_TRUE(tensorcore_variant_for(decode_shape(48, 64, DType::bf16, 2)).seesaw);
+  EXPECT_TRUE(tensorcore_variant_for(decode_shape(48, 64, DType::bf16, 0)).seesaw);
+  EXPECT_FALSE(tensorcore_variant_for(decode_shape(64, 64)).seesaw);
+  EXPECT_FALSE(tensorcore_variant_for(decode_shape(48, 64)).seesaw);
+  EXPECT_FALSE(tensorcore_variant_for(decode_shape(128, 64, DType::fp8_e4m3)).seesaw);
+  EXPECT_FALSE(tensorcore_variant_for(decode_shape(16, 64)).seesaw);
+  const BackendPtr b = make_tensorcore_backend();
+  std::set<std::string> listed;
+  for (const KernelVariant& v : b->catalog().inventory(hopper(false))) listed.insert(v.name);
+  EXPECT_TRUE(listed.count(bf16.name())) << bf16.name();
+  EXPECT_TRUE(listed.count("tc_m64_p64_bf16_bf16_wgmma"));
+  // A hand-built seesaw variant of a shape the engine does not run is refused by name.
+  TensorcoreVariant fp8 = bf16;
+  fp8.kv_dtype = DType::fp8_e4m3;
+  EXPECT_FALSE(fp8.precompiled());
+  EXPECT_THROW(fp8.smem_bytes(), InvalidArgument);
+  TensorcoreVariant sync = bf16;
+  sync.wgmma = false;
+  EXPECT_THROW(sync.smem_bytes(), InvalidArgument);
 }
 
 // Every (row, KV position) a row may see is covered by exactly one item of
