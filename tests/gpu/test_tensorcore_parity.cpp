@@ -261,6 +261,34 @@ TEST(TensorcoreFp8Producer, ItemsOfEveryShortTileCountMatch) {
 
 // Per-token Helix bounds that differ inside a verify group, including tokens
 // that see nothing (stats (-inf, 0), zero output).
+// Runs `spec` on its 64-row tile with the engine named by `wgmma` and
+// `seesaw` (compiled just in time where the catalog would not pick it) and
+// checks it against the reference.
+void expect_engine_matches(const BatchSpec& spec, bool wgmma, bool seesaw) {
+  SyntheticBatch host(spec);
+  DeviceBatch device(host);
+  TestStream stream;
+  const Problem p = device.problem();
+  validate(p);
+  cuda::TensorcoreVariant variant = cuda::tensorcore_variant_of(p);
+  ASSERT_EQ(variant.rows, 64) << label_of(spec);
+  variant.wgmma = wgmma;
+  variant.seesaw = seesaw;
+  const std::string label = label_of(spec) + " " + variant.name();
+  device.poison_outputs();
+  check_cuda(cudaDeviceSynchronize(), "poison");
+  try {
+    auto run = cuda::prepare_tensorcore(p, variant, Workspace{}, stream.get());
+    run->enqueue(stream.get());
+    stream.synchronize();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << label << ": " << e.what();
+    return;
+  }
+  device.download_outputs();
+  expect_matches_reference(host, label);
+}
+
 // 64-row tiles have three matrix engines (the seesaw engine for 16-bit KV,
 // wgmma, mma.sync); those the catalog does not pick are compiled just in
 // time here, so all stay verified.
@@ -276,31 +304,31 @@ TEST(TensorcoreEngines, EveryEngineOf64RowTilesMatchesReference) {
       for (std::int32_t heads : {48, 128}) {
         BatchSpec spec = decode_spec(heads, heads == 48 ? 2 : 1, heads == 48 ? 16 : 64, kv);
         spec.kv_len = {700, 37, 2000};
-        SyntheticBatch host(spec);
-        DeviceBatch device(host);
-        TestStream stream;
-        const Problem p = device.problem();
-        validate(p);
-        cuda::TensorcoreVariant variant = cuda::tensorcore_variant_of(p);
-        ASSERT_EQ(variant.rows, 64);
-        variant.wgmma = engine.wgmma;
-        variant.seesaw = engine.seesaw;
-        const std::string label = label_of(spec) + " " + variant.name();
-        device.poison_outputs();
-        check_cuda(cudaDeviceSynchronize(), "poison");
-        try {
-          auto run = cuda::prepare_tensorcore(p, variant, Workspace{}, stream.get());
-          run->enqueue(stream.get());
-          stream.synchronize();
-        } catch (const std::exception& e) {
-          ADD_FAILURE() << label << ": " << e.what();
-          continue;
-        }
-        device.download_outputs();
-        expect_matches_reference(host, label);
+        expect_engine_matches(spec, engine.wgmma, engine.seesaw);
       }
     }
   }
+}
+
+// The seesaw engine runs only where requests span several 64-row tiles in
+// batches of HELIXMLA_TC_SEESAW_FROM_BATCH or more, which the small test
+// batches elsewhere are not: here it runs every page class (per-row page
+// lookups under a tile, pages of a tile and more, a page size that is not
+// a power of two), verify groups with their masks, partial and odd tile
+// counts, fp16, and statistics.
+TEST(TensorcoreEngines, SeesawEngineMatchesReferenceAcrossPagesAndVerifyGroups) {
+  SKIP_WITHOUT_TENSORCORE();
+  if (!Environment::detect().nvrtc) GTEST_SKIP() << "no NVRTC";
+  for (std::int32_t page : {1, 3, 16, 64, 128}) {
+    for (const auto& [heads, q_len] : {std::pair{128, 1}, std::pair{96, 2}, std::pair{48, 4}}) {
+      BatchSpec spec = decode_spec(heads, q_len, page, DType::bf16);
+      spec.kv_len = {5, 301, 130, 1000};
+      expect_engine_matches(spec, true, true);
+    }
+  }
+  BatchSpec fp16 = decode_spec(128, 1, 64, DType::fp16);
+  fp16.kv_len = {777, 64, 2048};
+  expect_engine_matches(fp16, true, true);
 }
 
 // Scales every request's KV row at position j by 1 + growth * j / kv_len,

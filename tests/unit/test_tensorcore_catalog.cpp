@@ -249,20 +249,28 @@ TEST(TensorcoreCatalog, OnlySixtyFourRowTilesUseWgmma) {
 
 TEST(TensorcoreCatalog, RequestsOfSeveralSixtyFourRowTilesRunTheSeesawEngine) {
   // 16-bit KV whose requests span several 64-row tiles (128 heads; 48 x
-  // q_len 2; a context phase) take the seesaw build, precompiled and
-  // listed; one tile or less (64 heads, 48) keeps the wgmma engine.
-  const TensorcoreVariant bf16 = tensorcore_variant_for(decode_shape(128, 64));
+  // q_len 2; a context phase) take the seesaw build in batches from
+  // HELIXMLA_TC_SEESAW_FROM_BATCH on, precompiled and listed; one tile or
+  // less (64 heads, 48), fp8 KV and smaller batches keep the wgmma engine.
+  const auto variant = [](std::int32_t heads, std::int32_t q_len, DType kv, std::int32_t batch) {
+    PhaseShape s = decode_shape(heads, 64, kv, q_len);
+    s.batch_bucket = batch;
+    return tensorcore_variant_for(s);
+  };
+  const std::int32_t big = HELIXMLA_TC_SEESAW_FROM_BATCH;
+  const TensorcoreVariant bf16 = variant(128, 1, DType::bf16, big);
   EXPECT_TRUE(bf16.seesaw);
   EXPECT_TRUE(bf16.wgmma);
   EXPECT_EQ(bf16.name(), "tc_m64_p64_bf16_bf16_seesaw");
   EXPECT_EQ(bf16.smem_bytes(), helixmla_tc::SeesawLayout::kSmemBytes);
   EXPECT_TRUE(bf16.precompiled());
-  EXPECT_TRUE(tensorcore_variant_for(decode_shape(48, 64, DType::bf16, 2)).seesaw);
-  EXPECT_TRUE(tensorcore_variant_for(decode_shape(48, 64, DType::bf16, 0)).seesaw);
-  EXPECT_FALSE(tensorcore_variant_for(decode_shape(64, 64)).seesaw);
-  EXPECT_FALSE(tensorcore_variant_for(decode_shape(48, 64)).seesaw);
-  EXPECT_FALSE(tensorcore_variant_for(decode_shape(128, 64, DType::fp8_e4m3)).seesaw);
-  EXPECT_FALSE(tensorcore_variant_for(decode_shape(16, 64)).seesaw);
+  EXPECT_TRUE(variant(48, 2, DType::bf16, big).seesaw);
+  EXPECT_TRUE(variant(48, 0, DType::bf16, big).seesaw);
+  EXPECT_FALSE(variant(64, 1, DType::bf16, big).seesaw);
+  EXPECT_FALSE(variant(48, 1, DType::bf16, big).seesaw);
+  EXPECT_FALSE(variant(128, 1, DType::fp8_e4m3, big).seesaw);
+  EXPECT_FALSE(variant(16, 1, DType::bf16, big).seesaw);
+  if (big > 1) EXPECT_FALSE(variant(128, 1, DType::bf16, big / 2).seesaw);
   const BackendPtr b = make_tensorcore_backend();
   std::set<std::string> listed;
   for (const KernelVariant& v : b->catalog().inventory(hopper(false))) listed.insert(v.name);
