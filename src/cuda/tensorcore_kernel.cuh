@@ -24,7 +24,9 @@
 //   up its page one tile ahead, so the page-table load never stalls a copy.
 // - Shared-memory rows are 128-byte blocks with the 16-byte chunks XOR-swizzled
 //   by row, so every ldmatrix and every cp.async store is conflict-free.
-// - Two matrix engines (template ENGINE), bf16 or fp16 in, float32 accumulate:
+// - Three matrix engines (template ENGINE), bf16 or fp16 in, float32 accumulate;
+//   the third, the seesaw engine (64-row tiles of 16-bit KV, FlashMLA's
+//   layout), is its own function, decode_tile_seesaw, described there:
 //   * mma.sync.m16n8k16 (any row tile): S = Q K^T with each warp owning 16 rows
 //     x 16 tokens over a share of the 576 reduction, partial sums meeting in
 //     shared memory; O += P V with each warp owning 64 of the 512 V columns for
