@@ -35,6 +35,11 @@ instantiations() {
         echo "template __global__ void helixmla_tc::mla_decode_kernel<32, $page, helixmla_tc::$elem," \
              "helixmla_tc::kKvFp8, helixmla_tc::kEngineMmaSync, 2>(helixmla_tc::Params);"
       fi
+      if grep -q "kEngineSeesaw" "$tree/src/cuda/tensorcore_kernel.cuh"; then
+        # The seesaw engine (64-row tiles of 16-bit KV).
+        echo "template __global__ void helixmla_tc::mla_decode_kernel<64, $page, helixmla_tc::$elem," \
+             "helixmla_tc::kKvSameAsQ, helixmla_tc::kEngineSeesaw>(helixmla_tc::Params);"
+      fi
     done
   done
 }

@@ -705,6 +705,22 @@ __device__ __forceinline__ u64 launder(u64 x) {
   return x;
 }
 
+// A warpgroup's 256 output columns in the m64n256 accumulator layout
+// (rows 16 warp + g: elements 4 j, 4 j + 1; + 8: 4 j + 2, 4 j + 3) times
+// their rows' factors; skipped where every factor of the warp is 1, as on
+// most tiles once the maxima settle.
+__device__ __forceinline__ void rescale_o_half(float (&o)[128], float f_lo, float f_hi) {
+  if (__any_sync(0xffffffffu, f_lo != 1.0f || f_hi != 1.0f)) {
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      o[4 * j] *= f_lo;
+      o[4 * j + 1] *= f_lo;
+      o[4 * j + 2] *= f_hi;
+      o[4 * j + 3] *= f_hi;
+    }
+  }
+}
+
 __device__ __forceinline__ int visible_kv(int kv_len, int q_len, int t) {
   const int n = kv_len - q_len + 1 + t;
   return n < 0 ? 0 : (n > kv_len ? kv_len : n);
@@ -1334,15 +1350,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       // the register A-operand layout of P: k16 step kk takes 8-token groups
       // 2 kk and 2 kk + 1. Once the running maxima settle, alpha is 1 and
       // the rescale is skipped.
-      if (__any_sync(0xffffffffu, alpha_lo != 1.0f || alpha_hi != 1.0f)) {
-#pragma unroll
-        for (int j = 0; j < 32; ++j) {
-          acc[4 * j] *= alpha_lo;
-          acc[4 * j + 1] *= alpha_lo;
-          acc[4 * j + 2] *= alpha_hi;
-          acc[4 * j + 3] *= alpha_hi;
-        }
-      }
+      rescale_o_half(acc, alpha_lo, alpha_hi);
 #pragma unroll
       for (int kk = 0; kk < T / 16; ++kk) {
 #pragma unroll
@@ -2065,19 +2073,7 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) pa[kk][i] = pack2<ELEM>(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
   };
-  // O's rows times their factors; skipped where every factor of the warp
-  // is 1, as on most tiles once the maxima settle.
-  auto scale_o = [&](float f_lo, float f_hi) {
-    if (__any_sync(0xffffffffu, f_lo != 1.0f || f_hi != 1.0f)) {
-#pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        o[4 * j] *= f_lo;
-        o[4 * j + 1] *= f_lo;
-        o[4 * j + 2] *= f_hi;
-        o[4 * j + 3] *= f_hi;
-      }
-    }
-  };
+  auto scale_o = [&](float f_lo, float f_hi) { rescale_o_half(o, f_lo, f_hi); };
   // P (times per-row factors) into this warpgroup's rope block, K-major and
   // swizzled like Q, for the other warpgroup's P V: its A fragments as they
   // are where the warp's factors are all 1, as on most pairs.
