@@ -122,6 +122,17 @@ namespace helixmla_tc {
 #define HELIXMLA_TC_M32_FP8_TILES_PER_STEP 2
 #endif
 
+// Seesaw engine: 1 gives items whose 64-token tiles each lie in one page
+// (PAGE a multiple of 64, the range starting on a tile) a second build of
+// the loop that looks up one page per tile instead of one per row (A/B
+// runs as above). ncu put the integer work of the per-row copies among
+// what separates the library's engine from its prototype (session 25); a
+// runtime flag with both paths in one loop made the memory-bound cases
+// 10-12% slower, hence a build per path, chosen once per block.
+#ifndef HELIXMLA_TC_SEESAW_TILE_PAGES
+#define HELIXMLA_TC_SEESAW_TILE_PAGES 0
+#endif
+
 // 16-bit wgmma: KV stages (A/B runs as above). Five fit beside Q's 16
 // register steps, but four measured as fast or faster on every 64-row case
 // in two rounds (case 16 402.3 against 407.5 us, case 4 329.7 against
@@ -1848,7 +1859,10 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
 // can arrive twice before the other has waited once.
 constexpr int kSeesawScale0 = 1, kSeesawScale1 = 2, kSeesawP0 = 3, kSeesawP1 = 4;
 
-template <int PAGE, int ELEM>
+// TILE_PAGES: every 64-token tile of the item lies in one page (pages hold
+// whole tiles and the range starts on a tile; decode_item decides), so the
+// copies look up one page per tile, not one per row.
+template <int PAGE, int ELEM, bool TILE_PAGES>
 __device__ __forceinline__ void decode_tile_seesaw(const Params& p) {
   typedef SeesawLayout L;
   constexpr int T = L::kTileTokens;
@@ -1922,8 +1936,9 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p) {
   const int warp_bound = __reduce_min_sync(0xffffffffu, bound_lo < bound_hi ? bound_lo : bound_hi);
 
   // KV copies: thread t of the issuing warpgroup takes chunk t % 8 of every
-  // block of rows t / 8 + 16 u. Page ids are looked up a pair ahead.
-  // Positions are unsigned: PAGE's divisions become shifts and masks.
+  // block of rows t / 8 + 16 u. Page ids are looked up a pair ahead, one
+  // per row, or with TILE_PAGES one per tile (pages[0]). Positions are
+  // unsigned: PAGE's divisions become shifts and masks.
   const int copy_sub = t & 7;
   auto page_of = [&](int tile, int u) {
     const unsigned pos = static_cast<unsigned>(w.kv_begin + tile * T + (t >> 3) + 16 * u);
@@ -1932,16 +1947,30 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p) {
   // Blocks [first, last) and `extra` (if >= 0) of tile `tile` into buffer `buf`.
   auto load_part = [&](int buf, int tile, int first, int last, int extra, const int (&pages)[4]) {
     unsigned char* dst = kv_s(buf);
+    if constexpr (TILE_PAGES) {
+      const unsigned start = static_cast<unsigned>(w.kv_begin + tile * T);
+      const long long tile_slot = static_cast<long long>(pages[0]) * PAGE + start % PAGE;
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int r = (t >> 3) + 16 * u;
-      const bool valid = pages[u] >= 0;
-      const unsigned pos = static_cast<unsigned>(w.kv_begin + tile * T + r);
-      const long long slot = valid ? static_cast<long long>(pages[u]) * PAGE + pos % PAGE : 0;
-      const unsigned char* src = pool + slot * kRowBytes16 + copy_sub * 16;
-      const int at = r * 128 + ((copy_sub ^ (r & 7)) << 4);
-      for (int k = first; k < last; ++k) cp_async_16(dst + k * L::kBlockBytes + at, src + 128 * k, valid);
-      if (extra >= 0) cp_async_16(dst + extra * L::kBlockBytes + at, src + 128 * extra, valid);
+      for (int u = 0; u < 4; ++u) {
+        const int r = (t >> 3) + 16 * u;
+        const bool valid = static_cast<int>(start) + r < w.kv_end;
+        const unsigned char* src = pool + (valid ? tile_slot + r : 0) * kRowBytes16 + copy_sub * 16;
+        const int at = r * 128 + ((copy_sub ^ (r & 7)) << 4);
+        for (int k = first; k < last; ++k) cp_async_16(dst + k * L::kBlockBytes + at, src + 128 * k, valid);
+        if (extra >= 0) cp_async_16(dst + extra * L::kBlockBytes + at, src + 128 * extra, valid);
+      }
+    } else {
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int r = (t >> 3) + 16 * u;
+        const bool valid = pages[u] >= 0;
+        const unsigned pos = static_cast<unsigned>(w.kv_begin + tile * T + r);
+        const long long slot = valid ? static_cast<long long>(pages[u]) * PAGE + pos % PAGE : 0;
+        const unsigned char* src = pool + slot * kRowBytes16 + copy_sub * 16;
+        const int at = r * 128 + ((copy_sub ^ (r & 7)) << 4);
+        for (int k = first; k < last; ++k) cp_async_16(dst + k * L::kBlockBytes + at, src + 128 * k, valid);
+        if (extra >= 0) cp_async_16(dst + extra * L::kBlockBytes + at, src + 128 * extra, valid);
+      }
     }
     for (int k = first; k < last; ++k) cp_async_arrive(bar(buf, k));
     if (extra >= 0) cp_async_arrive(bar(buf, extra));
@@ -1958,10 +1987,20 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p) {
   };
   int pages0[4], pages1[4];  // this thread's rows of the next pair's tiles
   auto look_up_pair = [&](int pair) {
+    if constexpr (TILE_PAGES) {
+      // A tile's first position: the page of all its rows.
+      auto tile_page = [&](int tile) {
+        const unsigned pos = static_cast<unsigned>(w.kv_begin + tile * T);
+        return pos < static_cast<unsigned>(w.kv_end) ? page_row[pos / PAGE] : -1;
+      };
+      pages0[0] = tile_page(2 * pair);
+      pages1[0] = tile_page(2 * pair + 1);
+    } else {
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      pages0[u] = page_of(2 * pair, u);
-      pages1[u] = page_of(2 * pair + 1, u);
+      for (int u = 0; u < 4; ++u) {
+        pages0[u] = page_of(2 * pair, u);
+        pages1[u] = page_of(2 * pair + 1, u);
+      }
     }
   };
   if (pairs > 0) {
@@ -2216,7 +2255,13 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p) {
 template <int M, int PAGE, int ELEM, int KV, int ENGINE, int BLOCKS = 0>
 __device__ __forceinline__ void decode_item(const Params& p) {
   if constexpr (ENGINE == kEngineSeesaw) {
-    decode_tile_seesaw<PAGE, ELEM>(p);
+    if constexpr (HELIXMLA_TC_SEESAW_TILE_PAGES && PAGE % SeesawLayout::kTileTokens == 0) {
+      if (p.items[blockIdx.x].kv_begin % SeesawLayout::kTileTokens == 0) {
+        decode_tile_seesaw<PAGE, ELEM, true>(p);
+        return;
+      }
+    }
+    decode_tile_seesaw<PAGE, ELEM, false>(p);
   } else {
     decode_tile<M, PAGE, ELEM, KV, ENGINE, BLOCKS>(p);
   }
