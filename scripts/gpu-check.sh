@@ -119,11 +119,12 @@ fi
 if step probes; then
   # The probe suites under bench/ (fixed cost against tiles; page sizes;
   # 32-row shapes on a 32-row tile against a 64-row one; one long request
-  # among short ones; a block slot's KV in 1-8 items), each case with its
+  # among short ones; a block slot's KV in 1-8 items; 128 heads at 1-32
+  # requests, where the seesaw engine takes over), each case with its
   # gather ceiling: a plain read of its KV rows through its page tables.
   # HELIXMLA_PROBES names a subset (file names under bench/).
   for suite in ${HELIXMLA_PROBES:-fixed-cost-probe.csv page-size-probe.csv row-tile-probe.csv \
-    mixed-length-probe.csv item-cost-probe.csv}; do
+    mixed-length-probe.csv item-cost-probe.csv seesaw-batch-probe.csv}; do
     suite=bench/$suite
     name=$(basename "$suite" .csv)
     timeout "$(within 150)" "$build/helixmla" bench --suite "$suite" --no-verify --gather >"$out/$name.txt" 2>&1

@@ -40,7 +40,8 @@ constexpr bool tensorcore_has_seesaw_build(std::int32_t rows, DType kv_dtype) {
 // 180, 331 and 324 us against 185, 335 and 332). Small batches are split
 // into short items, where the seesaw engine's longer start (all of Q, then
 // a pair's S before any overlap) costs more: case 8 (one request) 39 ->
-// 44 us; from HELIXMLA_TC_SEESAW_FROM_BATCH requests on (an A/B knob).
+// 44 us; from HELIXMLA_TC_SEESAW_FROM_BATCH requests on (an A/B knob;
+// bench/seesaw-batch-probe.csv times 1-32 requests).
 #ifndef HELIXMLA_TC_SEESAW_FROM_BATCH
 #define HELIXMLA_TC_SEESAW_FROM_BATCH 16
 #endif
