@@ -1947,29 +1947,24 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p) {
   // Blocks [first, last) and `extra` (if >= 0) of tile `tile` into buffer `buf`.
   auto load_part = [&](int buf, int tile, int first, int last, int extra, const int (&pages)[4]) {
     unsigned char* dst = kv_s(buf);
-    if constexpr (TILE_PAGES) {
-      const unsigned start = static_cast<unsigned>(w.kv_begin + tile * T);
-      const long long tile_slot = static_cast<long long>(pages[0]) * PAGE + start % PAGE;
+    // Row r of the tile from pool slot `slot` (zero-filled where not valid).
+    auto copy_row = [&](int r, bool valid, long long slot) {
+      const unsigned char* src = pool + slot * kRowBytes16 + copy_sub * 16;
+      const int at = r * 128 + ((copy_sub ^ (r & 7)) << 4);
+      for (int k = first; k < last; ++k) cp_async_16(dst + k * L::kBlockBytes + at, src + 128 * k, valid);
+      if (extra >= 0) cp_async_16(dst + extra * L::kBlockBytes + at, src + 128 * extra, valid);
+    };
 #pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const int r = (t >> 3) + 16 * u;
+    for (int u = 0; u < 4; ++u) {
+      const int r = (t >> 3) + 16 * u;
+      if constexpr (TILE_PAGES) {
+        const unsigned start = static_cast<unsigned>(w.kv_begin + tile * T);
         const bool valid = static_cast<int>(start) + r < w.kv_end;
-        const unsigned char* src = pool + (valid ? tile_slot + r : 0) * kRowBytes16 + copy_sub * 16;
-        const int at = r * 128 + ((copy_sub ^ (r & 7)) << 4);
-        for (int k = first; k < last; ++k) cp_async_16(dst + k * L::kBlockBytes + at, src + 128 * k, valid);
-        if (extra >= 0) cp_async_16(dst + extra * L::kBlockBytes + at, src + 128 * extra, valid);
-      }
-    } else {
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const int r = (t >> 3) + 16 * u;
+        copy_row(r, valid, valid ? static_cast<long long>(pages[0]) * PAGE + start % PAGE + r : 0);
+      } else {
         const bool valid = pages[u] >= 0;
         const unsigned pos = static_cast<unsigned>(w.kv_begin + tile * T + r);
-        const long long slot = valid ? static_cast<long long>(pages[u]) * PAGE + pos % PAGE : 0;
-        const unsigned char* src = pool + slot * kRowBytes16 + copy_sub * 16;
-        const int at = r * 128 + ((copy_sub ^ (r & 7)) << 4);
-        for (int k = first; k < last; ++k) cp_async_16(dst + k * L::kBlockBytes + at, src + 128 * k, valid);
-        if (extra >= 0) cp_async_16(dst + extra * L::kBlockBytes + at, src + 128 * extra, valid);
+        copy_row(r, valid, valid ? static_cast<long long>(pages[u]) * PAGE + pos % PAGE : 0);
       }
     }
     for (int k = first; k < last; ++k) cp_async_arrive(bar(buf, k));
