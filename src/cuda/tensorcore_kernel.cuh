@@ -737,6 +737,32 @@ __device__ __forceinline__ int visible_kv(int kv_len, int q_len, int t) {
   return n < 0 ? 0 : (n > kv_len ? kv_len : n);
 }
 
+// The KV bound of tile row `r` (relative to the item): its Helix bound or its
+// causal one within the verify group, clamped to the item's range. Rows past
+// the request's last get `padding`: they are never stored.
+__device__ __forceinline__ int row_kv_bound(const Params& p, const WorkItem& w, int r, int rows_total, int padding) {
+  if (w.row_begin + r >= rows_total) return padding;
+  const int t = (w.row_begin + r) / p.heads;
+  const int bound = p.token_bounds ? p.token_bounds[w.token_offset + t] : visible_kv(w.kv_len, w.q_len, t);
+  return bound < w.kv_end ? bound : w.kv_end;
+}
+
+// split_combine's entry of tile row `r` in a split item.
+__device__ __forceinline__ long long split_entry(const WorkItem& w, int r) {
+  return static_cast<long long>(w.first_entry) + static_cast<long long>(r) * w.splits + w.split;
+}
+
+// Row `r`'s statistics (m in natural-log units, l): into stats for a whole
+// item, into the split's partial entry otherwise.
+__device__ __forceinline__ void store_row_stats(const Params& p, const WorkItem& w, long long row0, int r, float m,
+                                                float l) {
+  if (w.split < 0) {
+    if (p.stats) *reinterpret_cast<float2*>(p.stats + (row0 + r) * 2) = make_float2(m, l);
+  } else {
+    *reinterpret_cast<float2*>(p.partial_stats + split_entry(w, r) * 2) = make_float2(m, l);
+  }
+}
+
 template <int M, int PAGE, int ELEM, int KV, int ENGINE, int BLOCKS = 0>
 __device__ __forceinline__ void decode_tile(const Params& p) {
   typedef Config<M, KV, ENGINE, BLOCKS> C;
@@ -802,17 +828,10 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     if (tid == 0) *rescale_tile_s = -1;
   }
   if (tid < M) {
-    const int r = w.row_begin + tid;
-    // Rows past the request's last are never stored. The lean softmax lets
-    // them see the whole range, so that the warps holding them take the
-    // unmasked path in full tiles too (their Q is zero-filled: finite S).
-    int bound = kLeanSoftmax ? w.kv_end : 0;
-    if (r < rows_total) {
-      const int t = r / p.heads;
-      bound = p.token_bounds ? p.token_bounds[w.token_offset + t] : visible_kv(w.kv_len, w.q_len, t);
-      bound = bound < w.kv_end ? bound : w.kv_end;
-    }
-    bound_s[tid] = bound;
+    // The lean softmax lets rows past the request's last see the whole
+    // range, so that the warps holding them take the unmasked path in full
+    // tiles too (their Q is zero-filled: finite S).
+    bound_s[tid] = row_kv_bound(p, w, tid, rows_total, kLeanSoftmax ? w.kv_end : 0);
   }
 
   // Copies are spread eight threads to a row, each taking every eighth chunk,
@@ -1768,9 +1787,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
       u32* out = reinterpret_cast<u32*>(static_cast<u16*>(p.out) + (row0 + r) * kLatent);
       out[col / 2] = pack2<ELEM>(x * inv, y * inv);
     } else {
-      const long long entry =
-          static_cast<long long>(w.first_entry) + static_cast<long long>(r) * w.splits + w.split;
-      *reinterpret_cast<float2*>(p.partial_out + entry * kLatent + col) = make_float2(x * inv, y * inv);
+      *reinterpret_cast<float2*>(p.partial_out + split_entry(w, r) * kLatent + col) = make_float2(x * inv, y * inv);
     }
   };
   if constexpr (C::kWgmma) {
@@ -1820,13 +1837,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     const float l_ref = l_s[tid];
     const float l = l_ref > 0.0f ? l_ref * exp2f(m_s[tid] - top_s[tid]) : 0.0f;
     const float m = l_ref > 0.0f ? top_s[tid] * 0.6931471805599453f : neg_inf();
-    if (direct) {
-      if (p.stats) *reinterpret_cast<float2*>(p.stats + (row0 + tid) * 2) = make_float2(m, l);
-    } else {
-      const long long entry =
-          static_cast<long long>(w.first_entry) + static_cast<long long>(tid) * w.splits + w.split;
-      *reinterpret_cast<float2*>(p.partial_stats + entry * 2) = make_float2(m, l);
-    }
+    store_row_stats(p, w, row0, tid, m, l);
   }
 }
 
@@ -1899,17 +1910,9 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p) {
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   if (tid < 64) {
-    // Rows past the request's last are never stored; they see the whole
-    // range (their Q is zero: finite S), so their warps skip the masking
-    // in full tiles too.
-    const int r = w.row_begin + tid;
-    int bound = w.kv_end;
-    if (r < rows_total) {
-      const int tok = r / p.heads;
-      bound = p.token_bounds ? p.token_bounds[w.token_offset + tok] : visible_kv(w.kv_len, w.q_len, tok);
-      bound = bound < w.kv_end ? bound : w.kv_end;
-    }
-    bound_s[tid] = bound;
+    // Rows past the request's last see the whole range (their Q is zero:
+    // finite S), so their warps skip the masking in full tiles too.
+    bound_s[tid] = row_kv_bound(p, w, tid, rows_total, w.kv_end);
     m_s[tid] = neg_inf();
   }
   // Q: eight threads to a row, each every eighth chunk; rows past the
@@ -2225,8 +2228,7 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p) {
 #pragma unroll
       for (int j = 0; j < 32; ++j) out[4 * j] = pack2<ELEM>(o[4 * j + 2 * half] * inv, o[4 * j + 2 * half + 1] * inv);
     } else {
-      const long long entry = static_cast<long long>(w.first_entry) + static_cast<long long>(r) * w.splits + w.split;
-      float* out = p.partial_out + entry * kLatent + 256 * wg + 2 * c4;
+      float* out = p.partial_out + split_entry(w, r) * kLatent + 256 * wg + 2 * c4;
 #pragma unroll
       for (int j = 0; j < 32; ++j) {
         *reinterpret_cast<float2*>(out + 8 * j) = make_float2(o[4 * j + 2 * half] * inv, o[4 * j + 2 * half + 1] * inv);
@@ -2237,12 +2239,7 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p) {
     // The running maximum is the true one (rescaling is exact): the stats take it as it is.
     const float l = l_s[tid] + l_s[64 + tid];
     const float m = l > 0.0f ? m_s[tid] * 0.6931471805599453f : neg_inf();
-    if (direct) {
-      if (p.stats) *reinterpret_cast<float2*>(p.stats + (row0 + tid) * 2) = make_float2(m, l);
-    } else {
-      const long long entry = static_cast<long long>(w.first_entry) + static_cast<long long>(tid) * w.splits + w.split;
-      *reinterpret_cast<float2*>(p.partial_stats + entry * 2) = make_float2(m, l);
-    }
+    store_row_stats(p, w, row0, tid, m, l);
   }
 }
 
