@@ -75,7 +75,9 @@ NvrtcProgram tensorcore_jit_program(const TensorcoreVariant& variant, const std:
   NvrtcProgram program;
   program.name = variant.name() + ".cu";
   program.arch = arch;
-  program.options = {"-std=c++17"};
+  // Line information costs no machine code and lets compute-sanitizer name
+  // a JIT kernel's source lines, as it does for the precompiled ones.
+  program.options = {"-std=c++17", "-lineinfo"};
   // The variant's Config and decode_item arguments, in their template order.
   const std::string config = fmt::format("{}, {}, {}, {}", variant.rows, variant.kv_kind(), variant.engine_kind(),
                                          variant.build_blocks());
