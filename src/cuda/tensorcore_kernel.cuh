@@ -122,17 +122,6 @@ namespace helixmla_tc {
 #define HELIXMLA_TC_M32_FP8_TILES_PER_STEP 2
 #endif
 
-// Seesaw engine: 1 gives items whose 64-token tiles each lie in one page
-// (PAGE a multiple of 64, the range starting on a tile) a second build of
-// the loop that looks up one page per tile instead of one per row (A/B
-// runs as above). ncu put the integer work of the per-row copies among
-// what separates the library's engine from its prototype (session 25); a
-// runtime flag with both paths in one loop made the memory-bound cases
-// 10-12% slower, hence a build per path, chosen once per block.
-#ifndef HELIXMLA_TC_SEESAW_TILE_PAGES
-#define HELIXMLA_TC_SEESAW_TILE_PAGES 0
-#endif
-
 // 16-bit wgmma: KV stages (A/B runs as above). Five fit beside Q's 16
 // register steps, but four measured as fast or faster on every 64-row case
 // in two rounds (case 16 402.3 against 407.5 us, case 4 329.7 against
@@ -1872,7 +1861,11 @@ constexpr int kSeesawScale0 = 1, kSeesawScale1 = 2, kSeesawP0 = 3, kSeesawP1 = 4
 
 // TILE_PAGES: every 64-token tile of the item lies in one page (pages hold
 // whole tiles and the range starts on a tile; decode_item decides), so the
-// copies look up one page per tile, not one per row.
+// copies look up one page per tile, not one per row. ncu put the per-row
+// copies' integer work among what separated this engine from its prototype
+// (session 25); a build per path, chosen once per block, took case 1 from
+// ~315 to ~297 us (session 26), where a runtime flag with both paths in one
+// loop had made the memory-bound cases 10-12% slower.
 template <int PAGE, int ELEM, bool TILE_PAGES>
 __device__ __forceinline__ void decode_tile_seesaw(const Params& p) {
   typedef SeesawLayout L;
@@ -2247,7 +2240,7 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p) {
 template <int M, int PAGE, int ELEM, int KV, int ENGINE, int BLOCKS = 0>
 __device__ __forceinline__ void decode_item(const Params& p) {
   if constexpr (ENGINE == kEngineSeesaw) {
-    if constexpr (HELIXMLA_TC_SEESAW_TILE_PAGES && PAGE % SeesawLayout::kTileTokens == 0) {
+    if constexpr (PAGE % SeesawLayout::kTileTokens == 0) {
       if (p.items[blockIdx.x].kv_begin % SeesawLayout::kTileTokens == 0) {
         decode_tile_seesaw<PAGE, ELEM, true>(p);
         return;
