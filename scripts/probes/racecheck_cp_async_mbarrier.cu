@@ -7,9 +7,9 @@
 // variant changes one ingredient; an argument runs one variant alone
 // (racecheck's summary is per process):
 //   nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o probe racecheck_cp_async_mbarrier.cu
-//   for v in 0 1 2 3 4 5; do compute-sanitizer --tool racecheck ./probe $v; done
-// Every variant also checks its result: the region must hold warpgroup 1's
-// values at the end, never a copied word landing after them.
+//   for v in 0 1 2 3 4 5 6 7; do compute-sanitizer --tool racecheck ./probe $v; done
+// Every variant also checks its result: the region must hold the last
+// writer's values at the end (warpgroup 1's in 0-5, warpgroup 0's in 6-7).
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +26,11 @@ enum Variant : int {
   kWaitAllMbarrierArrive = 3,  // cp.async.wait_all, then a plain mbarrier.arrive
   kZeroFillMbarrier = 4,  // 0 with zero-filling copies (source size 0), as past a range's end
   kSecondPhase = 5,  // 0 run twice on one mbarrier: the second hand-off waits for parity 1
+  // The engine's other hand-off of a rope block: warpgroup 1 stores P there
+  // and arrives at a named barrier of the whole block (bar.arrive); warpgroup
+  // 0 syncs on it and refills the block by cp.async (6) or st.shared (7).
+  kArriveThenCpAsync = 6,
+  kArriveThenStore = 7,
 };
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -42,6 +47,38 @@ __global__ void probe(const uint4* src, int variant, int* wrong) {
   }
   __syncthreads();
   const uint32_t b = smem_addr(&bar);
+  if (variant == kArriveThenCpAsync || variant == kArriveThenStore) {
+    if (tid >= 128) {
+      for (int k = 0; k < kChunks; ++k) {
+        *reinterpret_cast<uint4*>(region + (k * 128 + tid - 128) * 16) = make_uint4(tid, k, 7u, 9u);
+      }
+      asm volatile("bar.arrive 1, 256;\n" ::: "memory");
+    } else {
+      asm volatile("bar.sync 1, 256;\n" ::: "memory");
+      for (int k = 0; k < kChunks; ++k) {
+        const int at = (k * 128 + tid) * 16;
+        if (variant == kArriveThenCpAsync) {
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(region + at)),
+                       "l"(src + (static_cast<size_t>(k * 128 + tid) * 256))
+                       : "memory");
+        } else {
+          *reinterpret_cast<uint4*>(region + at) = make_uint4(tid + 128, k, 7u, 9u);
+        }
+      }
+      asm volatile("cp.async.wait_all;\n" ::: "memory");
+    }
+    __syncthreads();
+    // The region holds warpgroup 0's copies now: source words or its stores.
+    if (tid < 128) {
+      for (int k = 0; k < kChunks; ++k) {
+        const uint4 v = *reinterpret_cast<const uint4*>(region + (k * 128 + tid) * 16);
+        const bool ok = variant == kArriveThenCpAsync ? v.x == 0x5a5a5a5au
+                                                      : v.x == static_cast<unsigned>(tid + 128) && v.y == static_cast<unsigned>(k);
+        if (!ok) atomicAdd(wrong, 1);
+      }
+    }
+    return;
+  }
   const int rounds = variant == kSecondPhase ? 2 : 1;
   for (int round = 0; round < rounds; ++round) {
     if (tid < 128) {
@@ -96,7 +133,7 @@ __global__ void probe(const uint4* src, int variant, int* wrong) {
 
 int main(int argc, char** argv) {
   const int first = argc > 1 ? std::atoi(argv[1]) : 0;
-  const int last = argc > 1 ? first : 5;
+  const int last = argc > 1 ? first : 7;
   const size_t words = static_cast<size_t>(kChunks) * 128 * 256;
   uint4* src = nullptr;
   int* wrong = nullptr;
