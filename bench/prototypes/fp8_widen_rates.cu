@@ -5,14 +5,22 @@
 // written to shared memory. Whether that can beat the 0.6x bar (~198 us)
 // depends on three rates this program measures per SM, in cycles of the SM
 // clock (clock64), one block per SM:
-//   1. e4m3x2 -> f16x2 conversions (cvt.rn.f16x2.e4m3x2), dependent chains;
-//   2. the same widening by integer instructions (prmt, shift, and);
-//   3. wgmma m64n48k16 with A from registers against m64n256k16 (the rate
+//   1. e4m3 -> f16 widening by integer instructions (prmt, shift, and);
+//      (a chain of cvt.rn.f16x2.e4m3x2 alone measured nothing: ptxas
+//      dropped it, 203 cycles for 32 K conversions a thread; the fused
+//      loops below convert for real);
+//   2. wgmma m64n48k16 with A from registers against m64n256k16 (the rate
 //      the bf16 engines run at), both warpgroups issuing;
-//   4. the S^T loop itself: each k16 step's A widened from fp8 in shared
+//   3. the S^T loop itself: each k16 step's A widened from fp8 in shared
 //      memory (ldmatrix of byte pairs, cvt) feeding m64n48k16;
-//   5. the P V loop's V^T: four 4-byte loads of four tokens, prmt into
+//   4. the P V loop's V^T: four 4-byte loads of four tokens, prmt into
 //      token pairs, cvt, feeding m64n48k16.
+// Measured (one H200, session 26; per SM-cycle): integer widening 0.72
+// pairs a cycle (with the chain's add: ~2.9 integer instructions a cycle);
+// m64n48k16 RS 4089 FLOP (the 4096 peak), SS 3507 (shared memory bound),
+// m64n256k16 RS 4093; the S^T loop 2743 FLOP with two warpgroups, 3292 with
+// three; the V^T loop 2325 and 2836. bench/prototypes/swapped_fp8_rs.cu
+// built the engine these rates priced at ~200 us for case 10: it ran 362.
 // Build and run alone on an H200:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -o rates fp8_widen_rates.cu && ./rates
 #include <cstdint>
@@ -43,21 +51,6 @@ __device__ __forceinline__ u32 cvt_e4m3x2(uint16_t x) {
   u32 d;
   asm volatile("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(d) : "h"(x));
   return d;
-}
-
-__global__ void cvt_rate(long long* cycles, u32* sink, u32 seed) {
-  BlockClock clock;
-  uint16_t h[8];
-  for (int c = 0; c < 8; ++c) h[c] = static_cast<uint16_t>(seed * (threadIdx.x + 1) + c);
-  clock.begin();
-  for (int i = 0; i < kIters; ++i) {
-#pragma unroll
-    for (int c = 0; c < 8; ++c) h[c] = static_cast<uint16_t>(cvt_e4m3x2(h[c]));
-  }
-  clock.end(cycles);
-  u32 acc = 0;
-  for (int c = 0; c < 8; ++c) acc ^= h[c];
-  if (acc == 0x12345u) sink[threadIdx.x] = acc;
 }
 
 // Exact e4m3 -> f16 (times 2^-8) for bytes 0 and 2 of x: sign-extend each
@@ -304,11 +297,8 @@ int main() {
                 cudaGetErrorString(e));
   };
   for (int threads : {256, 512, 1024}) {
-    cvt_rate<<<sms, threads>>>(cycles, sink, 7);
-    cvt_rate<<<sms, threads>>>(cycles, sink, 7);
     char label[96];
-    std::snprintf(label, sizeof label, "cvt e4m3x2->f16x2, %d threads", threads);
-    report(label, threads / 32.0 * 8 * kIters, "warp cvts");
+    int_rate<<<sms, threads>>>(cycles, sink, 7);
     int_rate<<<sms, threads>>>(cycles, sink, 7);
     std::snprintf(label, sizeof label, "int widening (prmt, shl, and + add), %d threads", threads);
     report(label, threads / 32.0 * 8 * kIters, "warp widenings (2 values)");
