@@ -25,6 +25,7 @@ struct DriverApi {
   decltype(&cuFuncSetAttribute) func_set_attribute = nullptr;
   decltype(&cuFuncGetAttribute) func_get_attribute = nullptr;
   decltype(&cuLaunchKernel) launch_kernel = nullptr;
+  decltype(&cuTensorMapEncodeTiled) tensor_map_encode_tiled = nullptr;
 };
 
 template <typename Fn>
@@ -48,6 +49,7 @@ const DriverApi& driver() {
     resolve("cuFuncSetAttribute", a.func_set_attribute);
     resolve("cuFuncGetAttribute", a.func_get_attribute);
     resolve("cuLaunchKernel", a.launch_kernel);
+    resolve("cuTensorMapEncodeTiled", a.tensor_map_encode_tiled);
     return a;
   }();
   return api;
@@ -83,10 +85,15 @@ NvrtcProgram tensorcore_jit_program(const TensorcoreVariant& variant, const std:
                                          variant.build_blocks());
   const std::string args = fmt::format("{}, {}, {}, {}, {}, {}", variant.rows, variant.page_size, variant.elem_kind(),
                                        variant.kv_kind(), variant.engine_kind(), variant.build_blocks());
+  // The entry's parameters: those of mla_decode_kernel in this build.
+  const char* parameters = HELIXMLA_TC_SEESAW_TMA
+                               ? "helixmla_tc::Params p, const __grid_constant__ helixmla_tc::KvTensorMap kv_map"
+                               : "helixmla_tc::Params p";
+  const char* call = HELIXMLA_TC_SEESAW_TMA ? "p, &kv_map" : "p";
   program.source = fmt::format(
       "{}\nextern \"C\" __global__ void __launch_bounds__(helixmla_tc::Config<{}>::kBlockThreads, "
-      "helixmla_tc::Config<{}>::kBlocksPerSm)\n{}(helixmla_tc::Params p) {{\n  helixmla_tc::decode_item<{}>(p);\n}}\n",
-      kTensorcoreKernelSource, config, config, kTensorcoreJitEntry, args);
+      "helixmla_tc::Config<{}>::kBlocksPerSm)\n{}({}) {{\n  helixmla_tc::decode_item<{}>({});\n}}\n",
+      kTensorcoreKernelSource, config, config, kTensorcoreJitEntry, parameters, args, call);
   return program;
 }
 
@@ -125,6 +132,20 @@ void launch_jit_kernel(CUfunction function, unsigned blocks, int threads, int sm
   check_driver(driver().launch_kernel(function, blocks, 1, 1, static_cast<unsigned>(threads), 1, 1,
                                       static_cast<unsigned>(smem_bytes), stream, args, nullptr),
                "cuLaunchKernel");
+}
+
+void encode_kv_tensor_map(void* map, const void* pool, std::int64_t rows) {
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(helixmla_tc::kHeadDim), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(helixmla_tc::kHeadDim) * 2};  // bytes between rows
+  const cuuint32_t box[2] = {64, 64};
+  const cuuint32_t element_strides[2] = {1, 1};
+  // 16-bit elements moved as they are: bf16 and fp16 alike.
+  check_driver(driver().tensor_map_encode_tiled(static_cast<CUtensorMap*>(map), CU_TENSOR_MAP_DATA_TYPE_UINT16, 2,
+                                                const_cast<void*>(pool), dims, strides, box, element_strides,
+                                                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+               "cuTensorMapEncodeTiled");
 }
 
 }  // namespace helixmla::cuda

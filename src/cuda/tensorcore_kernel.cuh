@@ -122,6 +122,16 @@ namespace helixmla_tc {
 #define HELIXMLA_TC_M32_FP8_TILES_PER_STEP 2
 #endif
 
+// Seesaw engine: 1 gives its one-page-per-tile build TMA copies (one 64 x 64
+// box per 64-column block of a tile, a tensor map over the pool passed as a
+// second kernel parameter, KvTensorMap) for tiles that lie inside the
+// item's range; a tile past its end keeps the per-thread copies, which
+// zero-fill. The prototype took 5% from TMA (265 against 280 us on case
+// 1's shape, session 25); built in session 26 without a GPU, not yet run.
+#ifndef HELIXMLA_TC_SEESAW_TMA
+#define HELIXMLA_TC_SEESAW_TMA 0
+#endif
+
 // 16-bit wgmma: KV stages (A/B runs as above). Five fit beside Q's 16
 // register steps, but four measured as fast or faster on every 64-row case
 // in two rounds (case 16 402.3 against 407.5 us, case 4 329.7 against
@@ -201,6 +211,13 @@ struct Params {
   int heads;
   float scale_log2;  // softmax scale * KV scale * log2(e)
   float out_scale;   // KV scale
+};
+
+// A CUtensorMap's bytes (the driver's encoding, opaque here: NVRTC has no
+// cuda.h), passed by value as a __grid_constant__ kernel parameter of the
+// HELIXMLA_TC_SEESAW_TMA build.
+struct alignas(128) KvTensorMap {
+  unsigned long long words[16];
 };
 
 // The seesaw engine's shared-memory map: Q and two 64-token KV tiles, each
@@ -689,6 +706,29 @@ __device__ __forceinline__ void mbarrier_init(u32 bar, int count) {
 }
 __device__ __forceinline__ void cp_async_arrive(u32 bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+// The TMA build's barriers expect one arrival a phase: the issuing thread's,
+// with the bytes its tensor copies will deliver, or, for a tile the
+// per-thread copies fill, one after every thread's counted cp.async arrival
+// (cp_async_arrive_counted raises the pending count as it is issued).
+__device__ __forceinline__ void mbarrier_arrive(u32 bar) {
+  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(u32 bar, u32 bytes) {
+  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n}\n" ::"r"(bar),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_arrive_counted(u32 bar) {
+  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+// One box of a 2D tensor map into shared memory, completing on `bar`.
+__device__ __forceinline__ void tma_load_2d(void* dst, const KvTensorMap* map, int x, int y, u32 bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          smem_addr(dst)),
+      "l"(reinterpret_cast<unsigned long long>(map)), "r"(x), "r"(y), "r"(bar)
+      : "memory");
 }
 __device__ __forceinline__ void mbarrier_wait(u32 bar, u32 parity) {
   asm volatile(
@@ -1858,6 +1898,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
 // out before). Each is used once per pair in this order, so no warpgroup
 // can arrive twice before the other has waited once.
 constexpr int kSeesawScale0 = 1, kSeesawScale1 = 2, kSeesawP0 = 3, kSeesawP1 = 4;
+constexpr int kSeesawCopy0 = 5;  // + warpgroup: the TMA build's per-thread copies of a tile past the range
 
 // TILE_PAGES: every 64-token tile of the item lies in one page (pages hold
 // whole tiles and the range starts on a tile; decode_item decides), so the
@@ -1867,8 +1908,9 @@ constexpr int kSeesawScale0 = 1, kSeesawScale1 = 2, kSeesawP0 = 3, kSeesawP1 = 4
 // ~315 to ~297 us (session 26), where a runtime flag with both paths in one
 // loop had made the memory-bound cases 10-12% slower.
 template <int PAGE, int ELEM, bool TILE_PAGES>
-__device__ __forceinline__ void decode_tile_seesaw(const Params& p) {
+__device__ __forceinline__ void decode_tile_seesaw(const Params& p, const KvTensorMap* kv_map) {
   typedef SeesawLayout L;
+  constexpr bool kTma = TILE_PAGES && HELIXMLA_TC_SEESAW_TMA;
   constexpr int T = L::kTileTokens;
   constexpr int kRope = L::kBlocks - 1;  // each warpgroup's P lives in its tile's rope block
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -1899,7 +1941,7 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p) {
   const unsigned char* pool = static_cast<const unsigned char*>(p.pool);
 
   if (tid == 0) {
-    for (int i = 0; i < 2 * L::kBlocks; ++i) mbarrier_init(bar0 + 8 * i, 128);
+    for (int i = 0; i < 2 * L::kBlocks; ++i) mbarrier_init(bar0 + 8 * i, kTma ? 1 : 128);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   if (tid < 64) {
@@ -1943,6 +1985,22 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p) {
   // Blocks [first, last) and `extra` (if >= 0) of tile `tile` into buffer `buf`.
   auto load_part = [&](int buf, int tile, int first, int last, int extra, const int (&pages)[4]) {
     unsigned char* dst = kv_s(buf);
+    if constexpr (kTma) {
+      // A tile inside the range: one thread, one box per block.
+      const unsigned start = static_cast<unsigned>(w.kv_begin + tile * T);
+      if (static_cast<int>(start) + T <= w.kv_end) {
+        if (t == 0) {
+          const int y = static_cast<int>(static_cast<long long>(pages[0]) * PAGE + start % PAGE);
+          auto box = [&](int k) {
+            mbarrier_arrive_expect_tx(bar(buf, k), L::kBlockBytes);
+            tma_load_2d(dst + k * L::kBlockBytes, kv_map, 64 * k, y, bar(buf, k));
+          };
+          for (int k = first; k < last; ++k) box(k);
+          if (extra >= 0) box(extra);
+        }
+        return;
+      }
+    }
     // Row r of the tile from pool slot `slot` (zero-filled where not valid).
     auto copy_row = [&](int r, bool valid, long long slot) {
       const unsigned char* src = pool + slot * kRowBytes16 + copy_sub * 16;
@@ -1963,8 +2021,20 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p) {
         copy_row(r, valid, valid ? static_cast<long long>(pages[u]) * PAGE + pos % PAGE : 0);
       }
     }
-    for (int k = first; k < last; ++k) cp_async_arrive(bar(buf, k));
-    if (extra >= 0) cp_async_arrive(bar(buf, extra));
+    if constexpr (kTma) {
+      // Past the range (zero rows): counted arrivals, then the one arrival a
+      // phase expects once every thread's are in.
+      for (int k = first; k < last; ++k) cp_async_arrive_counted(bar(buf, k));
+      if (extra >= 0) cp_async_arrive_counted(bar(buf, extra));
+      named_barrier_sync(kSeesawCopy0 + wg, 128);
+      if (t == 0) {
+        for (int k = first; k < last; ++k) mbarrier_arrive(bar(buf, k));
+        if (extra >= 0) mbarrier_arrive(bar(buf, extra));
+      }
+    } else {
+      for (int k = first; k < last; ++k) cp_async_arrive(bar(buf, k));
+      if (extra >= 0) cp_async_arrive(bar(buf, extra));
+    }
   };
   // This warpgroup's parts of a pair's two tiles (see above).
   auto load_pair_parts = [&](int pair, const int (&pages0)[4], const int (&pages1)[4]) {
@@ -2237,16 +2307,17 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p) {
 }
 
 // A work item on the engine ENGINE names.
+// `kv_map`: the pool's tensor map in the HELIXMLA_TC_SEESAW_TMA build, else null.
 template <int M, int PAGE, int ELEM, int KV, int ENGINE, int BLOCKS = 0>
-__device__ __forceinline__ void decode_item(const Params& p) {
+__device__ __forceinline__ void decode_item(const Params& p, const KvTensorMap* kv_map = nullptr) {
   if constexpr (ENGINE == kEngineSeesaw) {
     if constexpr (PAGE % SeesawLayout::kTileTokens == 0) {
       if (p.items[blockIdx.x].kv_begin % SeesawLayout::kTileTokens == 0) {
-        decode_tile_seesaw<PAGE, ELEM, true>(p);
+        decode_tile_seesaw<PAGE, ELEM, true>(p, kv_map);
         return;
       }
     }
-    decode_tile_seesaw<PAGE, ELEM, false>(p);
+    decode_tile_seesaw<PAGE, ELEM, false>(p, kv_map);
   } else {
     decode_tile<M, PAGE, ELEM, KV, ENGINE, BLOCKS>(p);
   }
@@ -2254,9 +2325,15 @@ __device__ __forceinline__ void decode_item(const Params& p) {
 
 template <int M, int PAGE, int ELEM, int KV, int ENGINE, int BLOCKS = 0>
 __global__ void __launch_bounds__(Config<M, KV, ENGINE, BLOCKS>::kBlockThreads, Config<M, KV, ENGINE, BLOCKS>::kBlocksPerSm)
+#if HELIXMLA_TC_SEESAW_TMA
+    mla_decode_kernel(Params p, const __grid_constant__ KvTensorMap kv_map) {
+  decode_item<M, PAGE, ELEM, KV, ENGINE, BLOCKS>(p, &kv_map);
+}
+#else
     mla_decode_kernel(Params p) {
   decode_item<M, PAGE, ELEM, KV, ENGINE, BLOCKS>(p);
 }
+#endif
 
 #endif  // __CUDACC__
 
