@@ -25,7 +25,9 @@ struct DriverApi {
   decltype(&cuFuncSetAttribute) func_set_attribute = nullptr;
   decltype(&cuFuncGetAttribute) func_get_attribute = nullptr;
   decltype(&cuLaunchKernel) launch_kernel = nullptr;
+#if HELIXMLA_TC_SEESAW_TMA
   decltype(&cuTensorMapEncodeTiled) tensor_map_encode_tiled = nullptr;
+#endif
 };
 
 template <typename Fn>
@@ -49,7 +51,9 @@ const DriverApi& driver() {
     resolve("cuFuncSetAttribute", a.func_set_attribute);
     resolve("cuFuncGetAttribute", a.func_get_attribute);
     resolve("cuLaunchKernel", a.launch_kernel);
+#if HELIXMLA_TC_SEESAW_TMA
     resolve("cuTensorMapEncodeTiled", a.tensor_map_encode_tiled);
+#endif
     return a;
   }();
   return api;
@@ -134,6 +138,7 @@ void launch_jit_kernel(CUfunction function, unsigned blocks, int threads, int sm
                "cuLaunchKernel");
 }
 
+#if HELIXMLA_TC_SEESAW_TMA
 void encode_kv_tensor_map(void* map, const void* pool, std::int64_t rows) {
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(helixmla_tc::kHeadDim), static_cast<cuuint64_t>(rows)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(helixmla_tc::kHeadDim) * 2};  // bytes between rows
@@ -147,5 +152,6 @@ void encode_kv_tensor_map(void* map, const void* pool, std::int64_t rows) {
                                                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
                "cuTensorMapEncodeTiled");
 }
+#endif
 
 }  // namespace helixmla::cuda

@@ -1985,12 +1985,14 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p, const KvTens
   // Blocks [first, last) and `extra` (if >= 0) of tile `tile` into buffer `buf`.
   auto load_part = [&](int buf, int tile, int first, int last, int extra, const int (&pages)[4]) {
     unsigned char* dst = kv_s(buf);
+    // TILE_PAGES: the tile's first position and its pool slot (rows follow on).
+    const unsigned start = static_cast<unsigned>(w.kv_begin + tile * T);
+    auto tile_slot = [&]() { return static_cast<long long>(pages[0]) * PAGE + start % PAGE; };
     if constexpr (kTma) {
       // A tile inside the range: one thread, one box per block.
-      const unsigned start = static_cast<unsigned>(w.kv_begin + tile * T);
       if (static_cast<int>(start) + T <= w.kv_end) {
         if (t == 0) {
-          const int y = static_cast<int>(static_cast<long long>(pages[0]) * PAGE + start % PAGE);
+          const int y = static_cast<int>(tile_slot());
           auto box = [&](int k) {
             mbarrier_arrive_expect_tx(bar(buf, k), L::kBlockBytes);
             tma_load_2d(dst + k * L::kBlockBytes, kv_map, 64 * k, y, bar(buf, k));
@@ -2012,9 +2014,8 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p, const KvTens
     for (int u = 0; u < 4; ++u) {
       const int r = (t >> 3) + 16 * u;
       if constexpr (TILE_PAGES) {
-        const unsigned start = static_cast<unsigned>(w.kv_begin + tile * T);
         const bool valid = static_cast<int>(start) + r < w.kv_end;
-        copy_row(r, valid, valid ? static_cast<long long>(pages[0]) * PAGE + start % PAGE + r : 0);
+        copy_row(r, valid, valid ? tile_slot() + r : 0);
       } else {
         const bool valid = pages[u] >= 0;
         const unsigned pos = static_cast<unsigned>(w.kv_begin + tile * T + r);

@@ -158,10 +158,11 @@ std::int32_t parallel_blocks(const Problem& phase, const TensorcoreVariant& vari
 class TensorcoreRun final : public LayerBoundRun {
  public:
   TensorcoreRun(const Problem& phase, const TensorcoreVariant& variant, Kernel kernel)
-      : LayerBoundRun(phase, kAlignment),
-        variant_(variant),
-        kernel_(kernel),
-        pool_rows_(phase.kv.num_pages * phase.kv.page_size) {}
+      : LayerBoundRun(phase, kAlignment), variant_(variant), kernel_(kernel) {
+#if HELIXMLA_TC_SEESAW_TMA
+    pool_rows_ = phase.kv.num_pages * phase.kv.page_size;
+#endif
+  }
 
   // The workspace (the caller's, or the run's own of `bytes`) and the
   // launch of `phase` under `plan` with its metadata there, uploaded.
@@ -176,6 +177,11 @@ class TensorcoreRun final : public LayerBoundRun {
  private:
   Refresh take_metadata(const Problem& next) override {
     if (tensorcore_variant_of(next) != variant_) return {};
+#if HELIXMLA_TC_SEESAW_TMA
+    // A captured launch holds the tensor map: a pool of another extent
+    // needs a new one, so a new prepare (and capture).
+    if (next.kv.num_pages * next.kv.page_size != pool_rows_) return {};
+#endif
     std::shared_ptr<const TensorcorePlan> plan = plan_to_take(next);
     if (!plan) return {};
     return [this, next, plan = std::move(plan)](void* stream) {
@@ -235,7 +241,9 @@ class TensorcoreRun final : public LayerBoundRun {
 
   TensorcoreVariant variant_;
   Kernel kernel_;
-  std::int64_t pool_rows_;  // the pool's rows of 576 elements (HELIXMLA_TC_SEESAW_TMA's tensor map)
+#if HELIXMLA_TC_SEESAW_TMA
+  std::int64_t pool_rows_ = 0;  // the pool's rows of 576 elements: the tensor map's extent
+#endif
   std::shared_ptr<const TensorcorePlan> plan_;  // the step's, whose split counts a refresh may keep
   TensorcoreLaunch launch_;
 };
