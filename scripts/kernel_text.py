@@ -27,6 +27,9 @@ def kernels(path):
             # The tensor-core kernel's BLOCKS parameter (since 1acc339) defaults
             # to 0: that argument names the kernel of the five-argument revisions.
             kernel = re.sub(r"(mla_decode_kernelI(?:Li-?\d+E){5})Li0E(EEvNS_6ParamsE)", r"\1\2", kernel)
+            # Since session 27 every tensor-core kernel takes the pool's tensor
+            # map as well: the same kernel as the one-parameter revisions'.
+            kernel = re.sub(r"(EEvNS_6ParamsE)NS_11KvTensorMapE$", r"\1", kernel)
             text[kernel] = data[offset:offset + size]
     return text
 

@@ -19,7 +19,13 @@ git worktree add --detach --quiet "$work/base" "$rev"
 # instantiations TREE: the JIT-only instantiations, written for TREE (a
 # revision before the BLOCKS template parameter has no two-block build).
 instantiations() {
-  local tree=$1
+  local tree=$1 params=helixmla_tc::Params
+  # Since the TMA copies (session 27) every kernel takes the pool's tensor
+  # map too; before, only an off-by-default knob's build did.
+  if grep -q "KvTensorMap kv_map)" "$tree/src/cuda/tensorcore_kernel.cuh" &&
+      ! grep -q "define HELIXMLA_TC_SEESAW_TMA 0" "$tree/src/cuda/tensorcore_kernel.cuh"; then
+    params="helixmla_tc::Params, const __grid_constant__ helixmla_tc::KvTensorMap"
+  fi
   echo '#include "cuda/tensorcore_kernel.cuh"'
   for page in 1 12; do
     for elem in kElemBf16 kElemFp16; do
@@ -27,18 +33,18 @@ instantiations() {
         for tile in "16 kEngineMmaSync" "32 kEngineMmaSync" "64 kEngineMmaSync" "64 kEngineWgmma"; do
           set -- $tile
           echo "template __global__ void helixmla_tc::mla_decode_kernel<$1, $page, helixmla_tc::$elem," \
-               "helixmla_tc::$kv, helixmla_tc::$2>(helixmla_tc::Params);"
+               "helixmla_tc::$kv, helixmla_tc::$2>($params);"
         done
       done
       if grep -q "int BLOCKS" "$tree/src/cuda/tensorcore_kernel.cuh"; then
         # The 32-row fp8 two-block build (Config's BLOCKS).
         echo "template __global__ void helixmla_tc::mla_decode_kernel<32, $page, helixmla_tc::$elem," \
-             "helixmla_tc::kKvFp8, helixmla_tc::kEngineMmaSync, 2>(helixmla_tc::Params);"
+             "helixmla_tc::kKvFp8, helixmla_tc::kEngineMmaSync, 2>($params);"
       fi
       if grep -q "kEngineSeesaw" "$tree/src/cuda/tensorcore_kernel.cuh"; then
         # The seesaw engine (64-row tiles of 16-bit KV).
         echo "template __global__ void helixmla_tc::mla_decode_kernel<64, $page, helixmla_tc::$elem," \
-             "helixmla_tc::kKvSameAsQ, helixmla_tc::kEngineSeesaw>(helixmla_tc::Params);"
+             "helixmla_tc::kKvSameAsQ, helixmla_tc::kEngineSeesaw>($params);"
       fi
     done
   done

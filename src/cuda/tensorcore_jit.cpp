@@ -25,9 +25,7 @@ struct DriverApi {
   decltype(&cuFuncSetAttribute) func_set_attribute = nullptr;
   decltype(&cuFuncGetAttribute) func_get_attribute = nullptr;
   decltype(&cuLaunchKernel) launch_kernel = nullptr;
-#if HELIXMLA_TC_SEESAW_TMA
   decltype(&cuTensorMapEncodeTiled) tensor_map_encode_tiled = nullptr;
-#endif
 };
 
 template <typename Fn>
@@ -51,9 +49,7 @@ const DriverApi& driver() {
     resolve("cuFuncSetAttribute", a.func_set_attribute);
     resolve("cuFuncGetAttribute", a.func_get_attribute);
     resolve("cuLaunchKernel", a.launch_kernel);
-#if HELIXMLA_TC_SEESAW_TMA
     resolve("cuTensorMapEncodeTiled", a.tensor_map_encode_tiled);
-#endif
     return a;
   }();
   return api;
@@ -89,15 +85,11 @@ NvrtcProgram tensorcore_jit_program(const TensorcoreVariant& variant, const std:
                                          variant.build_blocks());
   const std::string args = fmt::format("{}, {}, {}, {}, {}, {}", variant.rows, variant.page_size, variant.elem_kind(),
                                        variant.kv_kind(), variant.engine_kind(), variant.build_blocks());
-  // The entry's parameters: those of mla_decode_kernel in this build.
-  const char* parameters = HELIXMLA_TC_SEESAW_TMA
-                               ? "helixmla_tc::Params p, const __grid_constant__ helixmla_tc::KvTensorMap kv_map"
-                               : "helixmla_tc::Params p";
-  const char* call = HELIXMLA_TC_SEESAW_TMA ? "p, &kv_map" : "p";
   program.source = fmt::format(
       "{}\nextern \"C\" __global__ void __launch_bounds__(helixmla_tc::Config<{}>::kBlockThreads, "
-      "helixmla_tc::Config<{}>::kBlocksPerSm)\n{}({}) {{\n  helixmla_tc::decode_item<{}>({});\n}}\n",
-      kTensorcoreKernelSource, config, config, kTensorcoreJitEntry, parameters, args, call);
+      "helixmla_tc::Config<{}>::kBlocksPerSm)\n{}(helixmla_tc::Params p, const __grid_constant__ "
+      "helixmla_tc::KvTensorMap kv_map) {{\n  helixmla_tc::decode_item<{}>(p, &kv_map);\n}}\n",
+      kTensorcoreKernelSource, config, config, kTensorcoreJitEntry, args);
   return program;
 }
 
@@ -138,7 +130,6 @@ void launch_jit_kernel(CUfunction function, unsigned blocks, int threads, int sm
                "cuLaunchKernel");
 }
 
-#if HELIXMLA_TC_SEESAW_TMA
 void encode_kv_tensor_map(void* map, const void* pool, std::int64_t rows) {
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(helixmla_tc::kHeadDim), static_cast<cuuint64_t>(rows)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(helixmla_tc::kHeadDim) * 2};  // bytes between rows
@@ -152,6 +143,5 @@ void encode_kv_tensor_map(void* map, const void* pool, std::int64_t rows) {
                                                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
                "cuTensorMapEncodeTiled");
 }
-#endif
 
 }  // namespace helixmla::cuda

@@ -31,12 +31,10 @@ int jit_kernel_registers(CUfunction function);
 void launch_jit_kernel(CUfunction function, unsigned blocks, int threads, int smem_bytes, cudaStream_t stream,
                        void** args);
 
-#if HELIXMLA_TC_SEESAW_TMA
-// The HELIXMLA_TC_SEESAW_TMA build's second kernel argument: a tensor map of
+// Every tensor-core kernel's second argument: a tensor map of
 // the 16-bit `pool` as `rows` rows of 576 elements, read in 64 x 64 boxes
 // into the seesaw engine's 128-byte-swizzled blocks. Throws RuntimeFailure
 // where the driver cannot encode it (a pool not 16-byte aligned, over 2^31 rows).
 void encode_kv_tensor_map(void* map, const void* pool, std::int64_t rows);
-#endif
 
 }  // namespace helixmla::cuda

@@ -122,16 +122,6 @@ namespace helixmla_tc {
 #define HELIXMLA_TC_M32_FP8_TILES_PER_STEP 2
 #endif
 
-// Seesaw engine: 1 gives its one-page-per-tile build TMA copies (one 64 x 64
-// box per 64-column block of a tile, a tensor map over the pool passed as a
-// second kernel parameter, KvTensorMap) for tiles that lie inside the
-// item's range; a tile past its end keeps the per-thread copies, which
-// zero-fill. The prototype took 5% from TMA (265 against 280 us on case
-// 1's shape, session 25); built in session 26 without a GPU, not yet run.
-#ifndef HELIXMLA_TC_SEESAW_TMA
-#define HELIXMLA_TC_SEESAW_TMA 0
-#endif
-
 // 16-bit wgmma: KV stages (A/B runs as above). Five fit beside Q's 16
 // register steps, but four measured as fast or faster on every 64-row case
 // in two rounds (case 16 402.3 against 407.5 us, case 4 329.7 against
@@ -214,8 +204,10 @@ struct Params {
 };
 
 // A CUtensorMap's bytes (the driver's encoding, opaque here: NVRTC has no
-// cuda.h), passed by value as a __grid_constant__ kernel parameter of the
-// HELIXMLA_TC_SEESAW_TMA build.
+// cuda.h), passed by value as every kernel's second, __grid_constant__
+// parameter; only the seesaw engine's one-page-per-tile build reads it.
+// A second parameter leaves the other kernels' machine code alone, where
+// making Params itself __grid_constant__ did not (session 23).
 struct alignas(128) KvTensorMap {
   unsigned long long words[16];
 };
@@ -1898,7 +1890,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
 // out before). Each is used once per pair in this order, so no warpgroup
 // can arrive twice before the other has waited once.
 constexpr int kSeesawScale0 = 1, kSeesawScale1 = 2, kSeesawP0 = 3, kSeesawP1 = 4;
-constexpr int kSeesawCopy0 = 5;  // + warpgroup: the TMA build's per-thread copies of a tile past the range
+constexpr int kSeesawCopy0 = 5;  // + warpgroup: TILE_PAGES's per-thread copies of a tile past the range
 
 // TILE_PAGES: every 64-token tile of the item lies in one page (pages hold
 // whole tiles and the range starts on a tile; decode_item decides), so the
@@ -1906,11 +1898,13 @@ constexpr int kSeesawCopy0 = 5;  // + warpgroup: the TMA build's per-thread copi
 // copies' integer work among what separated this engine from its prototype
 // (session 25); a build per path, chosen once per block, took case 1 from
 // ~315 to ~297 us (session 26), where a runtime flag with both paths in one
-// loop had made the memory-bound cases 10-12% slower.
+// loop had made the memory-bound cases 10-12% slower. A tile inside the
+// item's range then arrives by TMA, one 64 x 64 box per block from one
+// thread (case 1 ~4%, case 2 ~5% faster than per-thread copies; session
+// 27); a tile past the range keeps the per-thread copies, which zero-fill.
 template <int PAGE, int ELEM, bool TILE_PAGES>
 __device__ __forceinline__ void decode_tile_seesaw(const Params& p, const KvTensorMap* kv_map) {
   typedef SeesawLayout L;
-  constexpr bool kTma = TILE_PAGES && HELIXMLA_TC_SEESAW_TMA;
   constexpr int T = L::kTileTokens;
   constexpr int kRope = L::kBlocks - 1;  // each warpgroup's P lives in its tile's rope block
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -1941,7 +1935,7 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p, const KvTens
   const unsigned char* pool = static_cast<const unsigned char*>(p.pool);
 
   if (tid == 0) {
-    for (int i = 0; i < 2 * L::kBlocks; ++i) mbarrier_init(bar0 + 8 * i, kTma ? 1 : 128);
+    for (int i = 0; i < 2 * L::kBlocks; ++i) mbarrier_init(bar0 + 8 * i, TILE_PAGES ? 1 : 128);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   if (tid < 64) {
@@ -1988,7 +1982,7 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p, const KvTens
     // TILE_PAGES: the tile's first position and its pool slot (rows follow on).
     const unsigned start = static_cast<unsigned>(w.kv_begin + tile * T);
     auto tile_slot = [&]() { return static_cast<long long>(pages[0]) * PAGE + start % PAGE; };
-    if constexpr (kTma) {
+    if constexpr (TILE_PAGES) {
       // A tile inside the range: one thread, one box per block.
       if (static_cast<int>(start) + T <= w.kv_end) {
         if (t == 0) {
@@ -2022,7 +2016,7 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p, const KvTens
         copy_row(r, valid, valid ? static_cast<long long>(pages[u]) * PAGE + pos % PAGE : 0);
       }
     }
-    if constexpr (kTma) {
+    if constexpr (TILE_PAGES) {
       // Past the range (zero rows): counted arrivals, then the one arrival a
       // phase expects once every thread's are in.
       for (int k = first; k < last; ++k) cp_async_arrive_counted(bar(buf, k));
@@ -2308,9 +2302,9 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p, const KvTens
 }
 
 // A work item on the engine ENGINE names.
-// `kv_map`: the pool's tensor map in the HELIXMLA_TC_SEESAW_TMA build, else null.
+// `kv_map`: the pool's tensor map, read by the seesaw engine's one-page-per-tile build.
 template <int M, int PAGE, int ELEM, int KV, int ENGINE, int BLOCKS = 0>
-__device__ __forceinline__ void decode_item(const Params& p, const KvTensorMap* kv_map = nullptr) {
+__device__ __forceinline__ void decode_item(const Params& p, const KvTensorMap* kv_map) {
   if constexpr (ENGINE == kEngineSeesaw) {
     if constexpr (PAGE % SeesawLayout::kTileTokens == 0) {
       if (p.items[blockIdx.x].kv_begin % SeesawLayout::kTileTokens == 0) {
@@ -2326,15 +2320,9 @@ __device__ __forceinline__ void decode_item(const Params& p, const KvTensorMap* 
 
 template <int M, int PAGE, int ELEM, int KV, int ENGINE, int BLOCKS = 0>
 __global__ void __launch_bounds__(Config<M, KV, ENGINE, BLOCKS>::kBlockThreads, Config<M, KV, ENGINE, BLOCKS>::kBlocksPerSm)
-#if HELIXMLA_TC_SEESAW_TMA
     mla_decode_kernel(Params p, const __grid_constant__ KvTensorMap kv_map) {
   decode_item<M, PAGE, ELEM, KV, ENGINE, BLOCKS>(p, &kv_map);
 }
-#else
-    mla_decode_kernel(Params p) {
-  decode_item<M, PAGE, ELEM, KV, ENGINE, BLOCKS>(p);
-}
-#endif
 
 #endif  // __CUDACC__
 

@@ -158,11 +158,10 @@ std::int32_t parallel_blocks(const Problem& phase, const TensorcoreVariant& vari
 class TensorcoreRun final : public LayerBoundRun {
  public:
   TensorcoreRun(const Problem& phase, const TensorcoreVariant& variant, Kernel kernel)
-      : LayerBoundRun(phase, kAlignment), variant_(variant), kernel_(kernel) {
-#if HELIXMLA_TC_SEESAW_TMA
-    pool_rows_ = phase.kv.num_pages * phase.kv.page_size;
-#endif
-  }
+      : LayerBoundRun(phase, kAlignment),
+        variant_(variant),
+        kernel_(kernel),
+        pool_rows_(phase.kv.num_pages * phase.kv.page_size) {}
 
   // The workspace (the caller's, or the run's own of `bytes`) and the
   // launch of `phase` under `plan` with its metadata there, uploaded.
@@ -177,11 +176,9 @@ class TensorcoreRun final : public LayerBoundRun {
  private:
   Refresh take_metadata(const Problem& next) override {
     if (tensorcore_variant_of(next) != variant_) return {};
-#if HELIXMLA_TC_SEESAW_TMA
     // A captured launch holds the tensor map: a pool of another extent
     // needs a new one, so a new prepare (and capture).
     if (next.kv.num_pages * next.kv.page_size != pool_rows_) return {};
-#endif
     std::shared_ptr<const TensorcorePlan> plan = plan_to_take(next);
     if (!plan) return {};
     return [this, next, plan = std::move(plan)](void* stream) {
@@ -218,18 +215,14 @@ class TensorcoreRun final : public LayerBoundRun {
     SplitCombineArgs combine = launch_.combine;
     combine.out = layer.out;
     combine.stats = layer.stats;
-#if HELIXMLA_TC_SEESAW_TMA
-    // Every kernel of this build takes the map; only the seesaw engine's
-    // one-page-per-tile build reads it.
+    // Every kernel takes the map; only the seesaw engine's one-page-per-tile
+    // build reads it.
     helixmla_tc::KvTensorMap kv_map{};
     static_assert(sizeof(kv_map) == sizeof(CUtensorMap) && alignof(helixmla_tc::KvTensorMap) == alignof(CUtensorMap));
     if (variant_.seesaw && variant_.page_size % helixmla_tc::SeesawLayout::kTileTokens == 0) {
       encode_kv_tensor_map(&kv_map, layer.kv_pool, pool_rows_);
     }
     void* args[] = {&params, &kv_map};
-#else
-    void* args[] = {&params};
-#endif
     if (kernel_.stub) {
       HELIXMLA_CUDA_CHECK(cudaLaunchKernel(kernel_.stub, dim3(launch_.blocks), dim3(kernel_.threads),
                                            args, static_cast<std::size_t>(kernel_.smem_bytes), s));
@@ -241,9 +234,7 @@ class TensorcoreRun final : public LayerBoundRun {
 
   TensorcoreVariant variant_;
   Kernel kernel_;
-#if HELIXMLA_TC_SEESAW_TMA
-  std::int64_t pool_rows_ = 0;  // the pool's rows of 576 elements: the tensor map's extent
-#endif
+  std::int64_t pool_rows_;  // the pool's rows of 576 elements: the tensor map's extent
   std::shared_ptr<const TensorcorePlan> plan_;  // the step's, whose split counts a refresh may keep
   TensorcoreLaunch launch_;
 };
