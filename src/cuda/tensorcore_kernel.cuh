@@ -2208,6 +2208,13 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p, const KvTens
       issue_pv_own();
       wgmma_wait_all();
       pin_registers(o);
+      // Buffer 0's left half is free. TMA copies are issued by one thread
+      // in a few instructions: at once, so they land before S of the next
+      // tile needs them. Per-thread copies would hold up P0's hand-off,
+      // which warpgroup 1 waits for: after it (session 25).
+      if constexpr (TILE_PAGES) {
+        if (!last) load_part(0, 2 * i + 2, 0, 4, -1, pages0);
+      }
       named_barrier_sync(kSeesawScale1, kThreads);
       // P0 moves to the pair's final maxima before it goes out (warpgroup 1
       // waits for it); O and l follow.
@@ -2215,7 +2222,9 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p, const KvTens
       store_p(g_lo, g_hi);
       fence_proxy_async();
       named_barrier_arrive(kSeesawP0, kThreads);
-      if (!last) load_part(0, 2 * i + 2, 0, 4, -1, pages0);
+      if constexpr (!TILE_PAGES) {
+        if (!last) load_part(0, 2 * i + 2, 0, 4, -1, pages0);
+      }
       named_barrier_sync(kSeesawP1, kThreads);
       scale_o(g_lo, g_hi);
       l_lo *= g_lo;
@@ -2253,7 +2262,12 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p, const KvTens
         load_part(1, 2 * i + 3, 4, 8, -1, pages1);
         wgmma_wait<0>();  // P0 V0R: buffer 0's right half and P0's block are free
         load_part(0, 2 * i + 2, 4, L::kBlocks, -1, pages0);
-        issue_s(0, L::kBlocks, next_parity, true);
+        // Blocks 4-7 first: this warpgroup copied them after P1 V1R, while
+        // warpgroup 0 copies blocks 0-3 and the rope block only once its
+        // P1 V1L is done, and ncu found this wait the kernel's longest.
+        issue_s(4, 8, next_parity, true);
+        issue_s(0, 4, next_parity, false);
+        issue_s(8, L::kBlocks, next_parity, false);
       }
       wgmma_wait_all();
       pin_registers(o);
