@@ -115,8 +115,7 @@ TensorcoreVariant tensorcore_variant(std::int32_t heads, std::int32_t q_len, std
   v.q_dtype = q_dtype;
   v.kv_dtype = kv_dtype;
   v.wgmma = tensorcore_uses_wgmma(v.rows);
-  v.seesaw =
-      tensorcore_uses_seesaw(v.rows, kv_dtype, q_len > 0 ? std::int64_t{heads} * q_len : 0, batch_bucket);
+  v.seesaw = tensorcore_uses_seesaw(v.rows, kv_dtype, batch_bucket);
   v.two_blocks = tensorcore_has_two_block_build(v.rows, kv_dtype) && batch_bucket >= kTwoBlocks32RowFp8FromBatch;
   return v;
 }

@@ -30,24 +30,22 @@ constexpr bool tensorcore_uses_wgmma(std::int32_t rows) { return rows == 64 && k
 constexpr bool tensorcore_has_seesaw_build(std::int32_t rows, DType kv_dtype) {
   return tensorcore_uses_wgmma(rows) && kv_dtype != DType::fp8_e4m3;
 }
-// Which of the two runs a phase whose requests have `request_rows` rows
-// each (heads x q_len; 0 = varies, a context phase) at a batch bucket: the
-// seesaw engine where they span several tiles, whose blocks read the same
-// KV (all but the first from L2), so the matrix steps bound them: suite
-// case 1 328 -> 305 us, case 2 663 -> 578 (bench/RESULTS.md, session 25).
-// Requests of one tile or less are bound by memory, where the wgmma
-// engine's four-stage ring stayed as fast or faster (cases 3, 4 and 14:
-// 180, 331 and 324 us against 185, 335 and 332). Small batches are split
-// into short items, where the seesaw engine's longer start (all of Q, then
-// a pair's S before any overlap) costs more: case 8 (one request) 39 ->
-// 44 us; from HELIXMLA_TC_SEESAW_FROM_BATCH requests on (an A/B knob;
-// bench/seesaw-batch-probe.csv times 1-32 requests).
+// Which of the two runs a phase at a batch bucket: the seesaw engine from
+// HELIXMLA_TC_SEESAW_FROM_BATCH requests on (an A/B knob), for requests of
+// any rows. Where a request's rows span several tiles, their blocks read
+// the same KV (all but the first from L2) and the matrix steps bound them
+// (suite case 1 328 -> 305 us, session 25); since its copies moved to TMA
+// and refill earlier (session 27) it is also the faster engine for
+// requests of one tile, which memory bounds (cases 3, 4, 6, 13, 14, 16:
+// 3-7% faster than the wgmma engine). Small batches are split into short
+// items, where its longer start (all of Q, then a pair's S before any
+// overlap) costs more: case 8 (one request) 39 -> 44 us
+// (bench/seesaw-batch-probe.csv times 1-32 requests).
 #ifndef HELIXMLA_TC_SEESAW_FROM_BATCH
 #define HELIXMLA_TC_SEESAW_FROM_BATCH 16
 #endif
-constexpr bool tensorcore_uses_seesaw(std::int32_t rows, DType kv_dtype, std::int64_t request_rows,
-                                      std::int32_t batch_bucket) {
-  return tensorcore_has_seesaw_build(rows, kv_dtype) && (request_rows == 0 || request_rows > rows) &&
+constexpr bool tensorcore_uses_seesaw(std::int32_t rows, DType kv_dtype, std::int32_t batch_bucket) {
+  return tensorcore_has_seesaw_build(rows, kv_dtype) &&
          batch_bucket >= HELIXMLA_TC_SEESAW_FROM_BATCH;
 }
 

@@ -310,19 +310,23 @@ TEST(TensorcoreEngines, EveryEngineOf64RowTilesMatchesReference) {
   }
 }
 
-// The seesaw engine runs only where requests span several 64-row tiles in
-// batches of HELIXMLA_TC_SEESAW_FROM_BATCH or more, which the small test
-// batches elsewhere are not: here it runs every page class (per-row page
-// lookups under a tile, pages of a tile and more, a page size that is not
-// a power of two), verify groups with their masks, partial and odd tile
+// The seesaw engine runs 64-row tiles in batches of
+// HELIXMLA_TC_SEESAW_FROM_BATCH or more, which the small test batches
+// elsewhere are not: here it runs every page class (per-row page lookups
+// under a tile, pages of a tile and more, a page size that is not a power
+// of two), requests of several row tiles and of one (64 rows, 48, and 24
+// padded to 64), verify groups with their masks, partial and odd tile
 // counts, fp16, and statistics.
 TEST(TensorcoreEngines, SeesawEngineMatchesReferenceAcrossPagesAndVerifyGroups) {
   SKIP_WITHOUT_TENSORCORE();
   if (!Environment::detect().nvrtc) GTEST_SKIP() << "no NVRTC";
   for (std::int32_t page : {1, 3, 16, 64, 128}) {
-    for (const auto& [heads, q_len] : {std::pair{128, 1}, std::pair{96, 2}, std::pair{48, 4}}) {
+    for (const auto& [heads, q_len] :
+         {std::pair{128, 1}, std::pair{96, 2}, std::pair{48, 4}, std::pair{64, 1}, std::pair{48, 1}, std::pair{24, 1}}) {
       BatchSpec spec = decode_spec(heads, q_len, page, DType::bf16);
       spec.kv_len = {5, 301, 130, 1000};
+      // 17-32 rows take the 64-row tile only in a batch of 16 or more.
+      if (heads * q_len <= 32) spec.kv_len = {5, 301, 130, 1000, 64, 7, 640, 90, 33, 128, 1, 250, 700, 66, 12, 400};
       expect_engine_matches(spec, true, true);
     }
   }

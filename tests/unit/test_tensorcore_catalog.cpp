@@ -247,11 +247,11 @@ TEST(TensorcoreCatalog, OnlySixtyFourRowTilesUseWgmma) {
   EXPECT_EQ(tensorcore_variant_for(decode_shape(64, 64)).wgmma, kTensorcoreWgmmaFor64Rows);
 }
 
-TEST(TensorcoreCatalog, RequestsOfSeveralSixtyFourRowTilesRunTheSeesawEngine) {
-  // 16-bit KV whose requests span several 64-row tiles (128 heads; 48 x
-  // q_len 2; a context phase) take the seesaw build in batches from
-  // HELIXMLA_TC_SEESAW_FROM_BATCH on, precompiled and listed; one tile or
-  // less (64 heads, 48), fp8 KV and smaller batches keep the wgmma engine.
+TEST(TensorcoreCatalog, SixtyFourRowTilesOfSixteenBitKvRunTheSeesawEngineInBigBatches) {
+  // 16-bit KV on 64-row tiles (128 heads; 48 x q_len 2; a context phase;
+  // one tile or less: 64 heads, 48, 24 padded) takes the seesaw build in
+  // batches from HELIXMLA_TC_SEESAW_FROM_BATCH on, precompiled and listed;
+  // fp8 KV, 16-row tiles and smaller batches keep their engines.
   const auto variant = [](std::int32_t heads, std::int32_t q_len, DType kv, std::int32_t batch) {
     PhaseShape s = decode_shape(heads, 64, kv, q_len);
     s.batch_bucket = batch;
@@ -266,8 +266,11 @@ TEST(TensorcoreCatalog, RequestsOfSeveralSixtyFourRowTilesRunTheSeesawEngine) {
   EXPECT_TRUE(bf16.precompiled());
   EXPECT_TRUE(variant(48, 2, DType::bf16, big).seesaw);
   EXPECT_TRUE(variant(48, 0, DType::bf16, big).seesaw);
-  EXPECT_FALSE(variant(64, 1, DType::bf16, big).seesaw);
-  EXPECT_FALSE(variant(48, 1, DType::bf16, big).seesaw);
+  EXPECT_TRUE(variant(64, 1, DType::bf16, big).seesaw);
+  EXPECT_TRUE(variant(48, 1, DType::bf16, big).seesaw);
+  const TensorcoreVariant padded = variant(24, 1, DType::bf16, big);
+  EXPECT_EQ(padded.rows, 64);
+  EXPECT_TRUE(padded.seesaw);
   EXPECT_FALSE(variant(128, 1, DType::fp8_e4m3, big).seesaw);
   EXPECT_FALSE(variant(16, 1, DType::bf16, big).seesaw);
   if (big > 1) EXPECT_FALSE(variant(128, 1, DType::bf16, big / 2).seesaw);
