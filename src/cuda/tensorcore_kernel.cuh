@@ -1877,9 +1877,10 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
 //
 // A block's two KV buffers hold a pair of tiles; each part of a buffer is
 // refilled with the next pair's tile as soon as its last reader is done,
-// by the warpgroup that frees it (always the same one for a part: 16-byte
-// cp.async per thread, every row looked up in the page table, rows past
-// the range zero-filled), completing on the part's blocks' mbarriers:
+// by the warpgroup that frees it (always the same one for a part: with
+// TILE_PAGES one TMA box per block from one thread, else 16-byte cp.async
+// per thread with every row looked up in the page table; rows past the
+// range zero-filled), completing on the part's blocks' mbarriers:
 //   buffer 0, blocks 0-3 (V's left half): warpgroup 0, after its P V;
 //   buffer 1, blocks 0-3 and the rope block: warpgroup 0, after P1 V1L;
 //   buffer 1, blocks 4-7: warpgroup 1, after its P V;
