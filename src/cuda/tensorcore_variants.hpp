@@ -77,8 +77,11 @@ struct TensorcoreVariant {
 // from this batch bucket on: the 32-row mma.sync kernel reached 55-70% of
 // copy at batches of 16-128 where the padded wgmma tile reached 59-87%, 6%
 // faster at a batch of 16 and 18-21% at 32 and 128, 14% slower at 8 (its
-// fixed cost is higher; bench/RESULTS.md, sessions 14 and 15). fp8 KV
-// keeps 32 rows (its 64-row kernel was 3-9% slower at 8-128 requests).
+// fixed cost is higher; bench/RESULTS.md, sessions 14 and 15). Since
+// session 27 the seesaw engine runs those 64-row tiles (tensorcore_uses_seesaw,
+// whose batch threshold is this one's); not timed against the 32-row kernel
+// since. fp8 KV keeps 32 rows (its 64-row kernel was 3-9% slower at 8-128
+// requests).
 inline constexpr std::int32_t kWgmmaFor32RowsFromBatch = 16;
 
 // 32-row tiles with fp8 KV, the only ones with a two-block build, run it
