@@ -498,9 +498,7 @@ __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.a
 __device__ __forceinline__ void wgmma_commit() {
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
-__device__ __forceinline__ void wgmma_wait_all() {
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-}
+// Until at most N of this warpgroup's committed groups are pending.
 template <int N>
 __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
@@ -1467,7 +1465,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
         }
         issue_s(mma_tile(0), s_next);
       }
-      wgmma_wait_all();  // S(it) and P V(it - 1)
+      wgmma_wait<0>();  // S(it) and P V(it - 1)
       pin_registers(s_next);
       pin_registers(acc);
       pin_registers(pa);
@@ -1764,7 +1762,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     }
   }
   if constexpr (C::kWgmma) {  // the last P V
-    wgmma_wait_all();
+    wgmma_wait<0>();
     pin_registers(acc);
     pin_registers(pa);
   }
@@ -2191,7 +2189,7 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p, const KvTens
 
   if (pairs > 0) {
     issue_s(0, L::kBlocks, 0, true);
-    wgmma_wait_all();
+    wgmma_wait<0>();
     pin_registers(s);
   }
   for (int i = 0; i < pairs; ++i) {
@@ -2207,7 +2205,7 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p, const KvTens
       l_lo = l_lo * f_lo + sum_lo;
       l_hi = l_hi * f_hi + sum_hi;
       issue_pv_own();
-      wgmma_wait_all();
+      wgmma_wait<0>();
       pin_registers(o);
       // Buffer 0's left half is free. TMA copies are issued by one thread
       // in a few instructions: at once, so they land before S of the next
@@ -2239,7 +2237,7 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p, const KvTens
       }
       // Each branch waits for its own matrix steps: waited for after the
       // branches join, ptxas serialised the wgmmas (C7515).
-      wgmma_wait_all();
+      wgmma_wait<0>();
       pin_registers(o);
       pin_registers(s);
     } else {
@@ -2270,7 +2268,7 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p, const KvTens
         issue_s(0, 4, next_parity, false);
         issue_s(8, L::kBlocks, next_parity, false);
       }
-      wgmma_wait_all();
+      wgmma_wait<0>();
       pin_registers(o);
       pin_registers(s);
     }

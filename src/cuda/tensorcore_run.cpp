@@ -178,7 +178,7 @@ class TensorcoreRun final : public LayerBoundRun {
     if (tensorcore_variant_of(next) != variant_) return {};
     // A captured launch holds the tensor map: a pool of another extent
     // needs a new one, so a new prepare (and capture).
-    if (next.kv.num_pages * next.kv.page_size != pool_rows_) return {};
+    if (variant_.reads_kv_map() && next.kv.num_pages * next.kv.page_size != pool_rows_) return {};
     std::shared_ptr<const TensorcorePlan> plan = plan_to_take(next);
     if (!plan) return {};
     return [this, next, plan = std::move(plan)](void* stream) {
@@ -215,13 +215,10 @@ class TensorcoreRun final : public LayerBoundRun {
     SplitCombineArgs combine = launch_.combine;
     combine.out = layer.out;
     combine.stats = layer.stats;
-    // Every kernel takes the map; only the seesaw engine's one-page-per-tile
-    // build reads it.
+    // Every kernel takes the map; the others are passed zeros.
     helixmla_tc::KvTensorMap kv_map{};
     static_assert(sizeof(kv_map) == sizeof(CUtensorMap) && alignof(helixmla_tc::KvTensorMap) == alignof(CUtensorMap));
-    if (variant_.seesaw && variant_.page_size % helixmla_tc::SeesawLayout::kTileTokens == 0) {
-      encode_kv_tensor_map(&kv_map, layer.kv_pool, pool_rows_);
-    }
+    if (variant_.reads_kv_map()) encode_kv_tensor_map(&kv_map, layer.kv_pool, pool_rows_);
     void* args[] = {&params, &kv_map};
     if (kernel_.stub) {
       HELIXMLA_CUDA_CHECK(cudaLaunchKernel(kernel_.stub, dim3(launch_.blocks), dim3(kernel_.threads),

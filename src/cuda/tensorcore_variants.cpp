@@ -24,6 +24,10 @@ int TensorcoreVariant::kv_kind() const {
   return kv_dtype == DType::fp8_e4m3 ? helixmla_tc::kKvFp8 : helixmla_tc::kKvSameAsQ;
 }
 
+bool TensorcoreVariant::reads_kv_map() const {
+  return seesaw && page_size % helixmla_tc::SeesawLayout::kTileTokens == 0;
+}
+
 int TensorcoreVariant::engine_kind() const {
   if (seesaw) return helixmla_tc::kEngineSeesaw;
   return wgmma ? helixmla_tc::kEngineWgmma : helixmla_tc::kEngineMmaSync;

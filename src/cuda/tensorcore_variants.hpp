@@ -66,6 +66,9 @@ struct TensorcoreVariant {
   int block_threads() const;  // threads per block: 384 with a producer warpgroup, else 256
   int engine_kind() const;  // helixmla_tc::EngineKind
   int build_blocks() const;  // helixmla_tc::Config's BLOCKS: 2 for the two-block build, else 0
+  // Whether the kernel reads the pool's tensor map (KvTensorMap): the seesaw
+  // engine where pages hold whole 64-token tiles, its TMA copies.
+  bool reads_kv_map() const;
   // e.g. "tc_m64_p64_bf16_fp8_wgmma", "tc_m64_p64_bf16_bf16_seesaw", "tc_m32_p64_bf16_fp8_2blocks"
   std::string name() const;
   // The same with `page` in place of the page size (the catalog's "<any>").

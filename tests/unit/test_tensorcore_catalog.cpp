@@ -268,6 +268,12 @@ TEST(TensorcoreCatalog, SixtyFourRowTilesOfSixteenBitKvRunTheSeesawEngineInBigBa
   EXPECT_TRUE(variant(48, 0, DType::bf16, big).seesaw);
   EXPECT_TRUE(variant(64, 1, DType::bf16, big).seesaw);
   EXPECT_TRUE(variant(48, 1, DType::bf16, big).seesaw);
+  // Its TMA copies read the pool's tensor map where pages hold whole tiles.
+  EXPECT_TRUE(bf16.reads_kv_map());
+  TensorcoreVariant small_pages = bf16;
+  small_pages.page_size = 16;
+  EXPECT_FALSE(small_pages.reads_kv_map());
+  EXPECT_FALSE(variant(128, 1, DType::bf16, big / 2).reads_kv_map());
   const TensorcoreVariant padded = variant(24, 1, DType::bf16, big);
   EXPECT_EQ(padded.rows, 64);
   EXPECT_TRUE(padded.seesaw);
