@@ -327,6 +327,7 @@ TEST(TensorcoreEngines, SeesawEngineMatchesReferenceAcrossPagesAndVerifyGroups) 
       spec.kv_len = {5, 301, 130, 1000};
       // 17-32 rows take the 64-row tile only in a batch of 16 or more.
       if (heads * q_len <= 32) spec.kv_len = {5, 301, 130, 1000, 64, 7, 640, 90, 33, 128, 1, 250, 700, 66, 12, 400};
+      spec.generations = static_cast<std::int32_t>(spec.kv_len.size());
       expect_engine_matches(spec, true, true);
     }
   }
