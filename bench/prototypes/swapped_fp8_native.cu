@@ -37,11 +37,12 @@
 // Measured (one H200, session 28; bench/RESULTS.md): rel L2 2.5-2.8e-3
 // against a float64 reference (the library's bf16 cases: 1.5e-3, its fp8
 // path 5e-4; tolerance 3e-2), log-sum-exp within 7e-6; memcheck and
-// racecheck clean. Case 11's shape 170 us with the combine (library 187,
-// bar 168), case 10's 255-257 (library 358, bar 188). The steps that got
+// racecheck clean. Case 11's shape 164 us (library 187, bar 168: 0.586x
+// case 5), case 10's 255-257 (library 358, bar 188). The steps that got
 // there: lockstep warpgroups 242 / 324 us; own tiles at 16 heads 204;
 // copies coalesced per row (the two-threads-a-row copy cost 16 shared
-// wavefronts an instruction, 57% of the pipe's) 170 / 255. Tried and not
+// wavefronts an instruction, 57% of the pipe's) 170 / 255; the two halves
+// merged in the kernel at 16 heads (no combine launch) 164. Tried and not
 // kept: S over 2, 3 or 6 accumulator chains (C7512 serialises wgmma at 3
 // and 6: 315 us), Q's parts side by side in N (reads K once; no change),
 // page ids staged in shared memory (PAGES_IN_SMEM=1: -1% at 48 heads, +3%
@@ -98,6 +99,10 @@ constexpr bool kOwnTiles = kH <= 16;
 constexpr int kGroupThreads = kOwnTiles ? 128 : 256;  // threads that share a tile, a maximum and O
 constexpr int kPvBlocks = kOwnTiles ? 4 : 2;           // 128-latent blocks in this warpgroup's O^T
 constexpr int kParts = kOwnTiles ? 2 : 1;              // partial results an item writes
+// One item a request with own tiles: warpgroup 1 hands its O^T and (m, l)
+// to warpgroup 0 through shared memory, which writes the output; no
+// combine launch.
+constexpr bool kFused = kOwnTiles && ITEMS == 1;
 constexpr int kD = 576, kDV = 512, kT = 64;
 constexpr int kAcc = kH / 2;  // accumulator registers of m64nHk32
 constexpr int kJ = kH / 8;    // 8-column groups of the accumulator
@@ -256,6 +261,8 @@ struct Params {
   float* part_ml;             // [items][parts][H][2]: m (log2, scaled), l
   int pages_per_request;
   float scale_log2;           // softmax scale * log2(e)
+  __nv_bfloat16* out;         // [requests][H][512] (kFused)
+  float* lse2;                // [requests][H] (kFused)
 };
 
 __global__ void __launch_bounds__(kThreads, 1) native_fp8_decode(Params p) {
@@ -550,6 +557,59 @@ __global__ void __launch_bounds__(kThreads, 1) native_fp8_decode(Params p) {
       for (int w = kOwnTiles ? 4 * wg : 0; w < (kOwnTiles ? 4 * wg + 4 : 8); ++w) l += scratch[w * kH + 8 * j + 2 * c4 + e];
       l_run[2 * j + e] = l;
     }
+  if constexpr (kFused) {
+    // The KV stages are idle: every copy was waited for, every read done.
+    float* hand = reinterpret_cast<float*>(smem + kKvOff);  // [m-block][reg][thread]
+    float* hand_ml = hand + 2 * kPvBlocks * kAcc * 128;     // m of each head, then l
+    if (wg == 1) {
+#pragma unroll
+      for (int m = 0; m < 2 * kPvBlocks; ++m)
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) hand[(m * kAcc + i) * 128 + t] = o[m][i];
+      if (warp == 0 && g == 0) {
+#pragma unroll
+        for (int i = 0; i < 2 * kJ; ++i) {
+          const int head = 8 * (i / 2) + 2 * c4 + (i % 2);
+          hand_ml[head] = m_ref[i];
+          hand_ml[kH + head] = l_run[i];
+        }
+      }
+    }
+    __syncthreads();
+    if (wg == 1) return;
+    float a0[2 * kJ], a1[2 * kJ], inv[2 * kJ];
+#pragma unroll
+    for (int i = 0; i < 2 * kJ; ++i) {
+      const int head = 8 * (i / 2) + 2 * c4 + (i % 2);
+      const float m1 = hand_ml[head], l1 = hand_ml[kH + head], mx = fmaxf(m_ref[i], m1);
+      a0[i] = m_ref[i] == -INFINITY ? 0.0f : exp2f(m_ref[i] - mx);
+      a1[i] = m1 == -INFINITY ? 0.0f : exp2f(m1 - mx);
+      const float l = l_run[i] * a0[i] + l1 * a1[i];
+      inv[i] = 1.0f / l;
+      if (warp == 0 && g == 0) p.lse2[static_cast<size_t>(request) * kH + head] = mx + log2f(l);
+    }
+#pragma unroll
+    for (int q = 0; q < kPvBlocks; ++q) {
+      const int latent0 = 128 * q + 4 * (8 * warp + g);
+#pragma unroll
+      for (int j = 0; j < kJ; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int i = 2 * j + e, head = 8 * j + 2 * c4 + e;
+          auto merged = [&](int m, int r) {
+            return (o[m][r] * a0[i] + hand[(m * kAcc + r) * 128 + t] * a1[i]) * inv[i];
+          };
+          const __nv_bfloat162 lo = __floats2bfloat162_rn(merged(2 * q, 4 * j + e), merged(2 * q, 4 * j + 2 + e));
+          const __nv_bfloat162 hi =
+              __floats2bfloat162_rn(merged(2 * q + 1, 4 * j + e), merged(2 * q + 1, 4 * j + 2 + e));
+          uint2 v;
+          v.x = *reinterpret_cast<const u32*>(&lo);
+          v.y = *reinterpret_cast<const u32*>(&hi);
+          *reinterpret_cast<uint2*>(p.out + (static_cast<size_t>(request) * kH + head) * kDV + latent0) = v;
+        }
+    }
+    return;
+  }
   const int part = item * kParts + (kOwnTiles ? wg : 0);
 #pragma unroll
   for (int q = 0; q < kPvBlocks; ++q) {
@@ -656,11 +716,11 @@ int main(int argc, char** argv) {
   CHECK(cudaMemset(d_out, 0xff, out_elems * sizeof(__nv_bfloat16)));
   CHECK(cudaMemset(d_lse, 0xff, static_cast<size_t>(requests) * kH * sizeof(float)));
 
-  Params prm{d_pool, d_table, d_q, d_po, d_pml, pages_per_request, scale * 1.4426950408889634f};
+  Params prm{d_pool, d_table, d_q, d_po, d_pml, pages_per_request, scale * 1.4426950408889634f, d_out, d_lse};
   CHECK(cudaFuncSetAttribute(native_fp8_decode, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   auto launch = [&]() {
     native_fp8_decode<<<items, kThreads, kSmemBytes>>>(prm);
-    combine<<<requests * kH, 128>>>(d_po, d_pml, d_out, d_lse);
+    if (!kFused) combine<<<requests * kH, 128>>>(d_po, d_pml, d_out, d_lse);
   };
   launch();
   CHECK(cudaGetLastError());
