@@ -65,6 +65,7 @@ class TensorcoreCatalog final : public KernelCatalog {
         all.push_back({rows, 0, q, kv, tensorcore_uses_wgmma(rows), false});
         if (tensorcore_has_seesaw_build(rows, kv)) all.push_back({rows, 0, q, kv, true, false, true});
         if (tensorcore_has_two_block_build(rows, kv)) all.push_back({rows, 0, q, kv, false, true});
+        if (tensorcore_has_fp8_steps_build(rows, kv)) all.push_back({rows, 0, q, kv, false, false, false, true});
       }
       return all;
     };

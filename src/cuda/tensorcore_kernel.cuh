@@ -142,8 +142,9 @@ namespace helixmla_tc {
 enum ElemKind { kElemBf16 = 0, kElemFp16 = 1 };
 enum KvKind { kKvSameAsQ = 0, kKvFp8 = 1 };
 // kEngineSeesaw: wgmma in FlashMLA's layout (decode_tile_seesaw below),
-// 64-row tiles of 16-bit KV.
-enum EngineKind { kEngineMmaSync = 0, kEngineWgmma = 1, kEngineSeesaw = 2 };
+// 64-row tiles of 16-bit KV. kEngineFp8Steps: wgmma with e4m3 operands,
+// tokens as M (decode_tile_fp8_steps below), 16-row tiles of fp8 KV.
+enum EngineKind { kEngineMmaSync = 0, kEngineWgmma = 1, kEngineSeesaw = 2, kEngineFp8Steps = 3 };
 
 constexpr int kThreads = 256;  // the matrix warpgroups' threads (every thread but a producer's)
 // Named barriers of the producer build (fp8 KV on wgmma; 0 is
@@ -230,6 +231,31 @@ struct SeesawLayout {
   static_assert(kSmemBytes <= 227 * 1024, "one block's shared memory on sm_90");
 };
 
+// The fp8-steps engine's shared-memory map (decode_tile_fp8_steps).
+struct Fp8StepsLayout {
+  static constexpr int kTileTokens = 64;
+  static constexpr int kRows = 16;
+  static constexpr int kStages = 4;  // warpgroup w's tiles use stages w and w + 2
+  static constexpr int kBlockBytes = kTileTokens * 128;
+  static constexpr int kRopeOffset = 4 * kBlockBytes;  // 64 rows x 64 bytes
+  static constexpr int kTileBytes = kRopeOffset + kTileTokens * 64;
+  // Q': rows [0, 16) high parts, [16, 32) low parts, in the tile's blocks.
+  static constexpr int kQBlockBytes = 2 * kRows * 128;
+  static constexpr int kQBytes = 4 * kQBlockBytes + 2 * kRows * 64;
+  static constexpr int kPBytes = kRows * 128;  // P^T of a tile: 16 rows of [64 high | 64 low] positions
+  static constexpr int kQOffset = 0;
+  static constexpr int kKvOffset = kQBytes;
+  static constexpr int kPOffset = kKvOffset + kStages * kTileBytes;  // one per warpgroup
+  static constexpr int kBarrierOffset = kPOffset + 2 * kPBytes;
+  static constexpr int kRowInfoOffset = kBarrierOffset + kStages * 8;
+  // Per row: S's factor; warpgroup 1's reference maximum, l and true
+  // maximum; then [8 warps][16] floats of scratch.
+  static constexpr int kRowInfoBytes = (4 + 8) * kRows * 4;
+  static constexpr int kSmemBytes = kRowInfoOffset + kRowInfoBytes + 1024;  // + the 1024-byte alignment
+  static_assert(kQBytes % 1024 == 0 && kTileBytes % 1024 == 0 && kPBytes % 1024 == 0, "swizzle atoms stay aligned");
+  static_assert(kSmemBytes <= 227 * 1024, "one block's shared memory on sm_90");
+};
+
 // Per-(M, KV kind, engine, build) tuning and the shared-memory map. Offsets up to
 // the scratch buffers are multiples of 1024 bytes (the 128-byte swizzle
 // period); the wgmma engine also aligns the base to 1024 itself.
@@ -245,7 +271,7 @@ struct SeesawLayout {
 // 16 requests (69 us: a lone block of this build is the slower one).
 template <int M, int KV, int ENGINE = kEngineMmaSync, int BLOCKS = 0>
 struct Config {
-  static_assert(ENGINE == kEngineMmaSync || M == 64, "the wgmma engine runs 64-row tiles");
+  static_assert(ENGINE == kEngineMmaSync || ENGINE == kEngineFp8Steps || M == 64, "the wgmma engine runs 64-row tiles");
   static_assert(BLOCKS == 0 || (BLOCKS == 2 && M == 32 && KV == kKvFp8 && ENGINE == kEngineMmaSync),
                 "a two-block build exists for 32-row fp8 tiles only");
   static constexpr bool kTwoBlockBuild = BLOCKS == 2;
@@ -254,6 +280,9 @@ struct Config {
   // Config describes the other engines.
   static constexpr bool kSeesaw = ENGINE == kEngineSeesaw;
   static_assert(!kSeesaw || (M == 64 && KV == kKvSameAsQ && BLOCKS == 0), "the seesaw engine runs 64-row 16-bit KV");
+  // The fp8-steps engine keeps its own map too (Fp8StepsLayout, below).
+  static constexpr bool kFp8Steps = ENGINE == kEngineFp8Steps;
+  static_assert(!kFp8Steps || (M == 16 && KV == kKvFp8 && BLOCKS == 0), "the fp8-steps engine runs 16-row fp8 KV");
   // fp8 KV on wgmma: a third warpgroup, the producer, after the matrix
   // threads. It issues the KV copies and widens each tile into the 16-bit
   // tiles the matrix steps read, handing them over through named barriers,
@@ -296,7 +325,7 @@ struct Config {
       : kWgmma  ? (KV == kKvFp8 ? 3 : HELIXMLA_TC_WGMMA_16BIT_STAGES)
                 : (KV == kKvFp8 ? 4 : 3);
   static constexpr int kBlocksPerSm =
-      M == 16 ? (KV == kKvFp8 ? HELIXMLA_TC_M16_FP8_BLOCKS_PER_SM : 2) : (kTwoBlockBuild ? 2 : 1);
+      kFp8Steps ? 1 : M == 16 ? (KV == kKvFp8 ? HELIXMLA_TC_M16_FP8_BLOCKS_PER_SM : 2) : (kTwoBlockBuild ? 2 : 1);
   static_assert(kStages >= 2 * kTilesPerStep, "the ring holds a step's tiles and the next step's copies");
   static constexpr int kSStride = kStepTokens + 8;  // floats; keeps S stores conflict-free
 
@@ -334,8 +363,9 @@ struct Config {
   // Per row: rescale factor, KV bound, reference maximum, l, true maximum;
   // then mma.sync's rescale-tile word (16 bytes keep the alignment).
   static constexpr int kRowInfoBytes = 5 * M * 4 + 16;
-  static constexpr int kSmemBytes =
-      kSeesaw ? SeesawLayout::kSmemBytes : kRowInfoOffset + kRowInfoBytes + (kWgmma ? 1024 : 0);
+  static constexpr int kSmemBytes = kSeesaw     ? SeesawLayout::kSmemBytes
+                                    : kFp8Steps ? Fp8StepsLayout::kSmemBytes
+                                                : kRowInfoOffset + kRowInfoBytes + (kWgmma ? 1024 : 0);
   // wgmma: Q's register columns pass once through shared memory (16-byte
   // copies with the rest of Q, then ldmatrix into the A layout), in a region
   // no tile uses before the loop's first barrier: the last KV stage (the
@@ -2314,6 +2344,461 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p, const KvTens
   }
 }
 
+// The fp8-steps engine: 16-row tiles of fp8 KV whose matrix steps take
+// e4m3 operands (bench/prototypes/swapped_fp8_native.cu measured it first:
+// case 11's shape 164 us against 187 for the mma.sync engine). The tokens
+// are wgmma's M and the tile's rows its N, so nothing is padded; K is
+// wgmma's A straight from shared memory and V^T its A from registers
+// (bytes transposed with prmt), so no KV byte is widened; Q and P are split
+// into e4m3 high and low parts, entered side by side (S: N = 32) or as a
+// doubled reduction (P V), which keeps 16-bit accuracy:
+//
+//   S^T[64 x 32] = K [Qhi Qlo]^T            (row n: column n plus column 16 + n)
+//   O^T[512 x 16] += V^T Phi^T + V^T Plo^T
+//
+// Each warpgroup owns every other 64-token tile of the item, with its own
+// reference maxima, sums and O^T (64 registers for 512 latents), so the
+// two never wait for each other inside the loop; warpgroup 1 hands its
+// state to warpgroup 0 at the end, which writes the rows. KV arrives by
+// per-thread copies into four stages (two per warpgroup) laid out for
+// wgmma: four 128-byte column blocks with the 128-byte swizzle and the
+// rope block with the 64-byte one; a warp copies whole rows, consecutive
+// lanes consecutive 16-byte chunks (two threads a row cost four times the
+// shared-memory wavefronts: one per row's line).
+
+// Byte c of row r in a 128-byte-swizzled block, and in a 64-byte-swizzled one.
+__device__ __forceinline__ int swizzle128(int r, int c) { return r * 128 + ((((c >> 4) ^ r) & 7) << 4) + (c & 15); }
+__device__ __forceinline__ int swizzle64(int r, int c) { return r * 64 + ((((c >> 4) ^ (r >> 1)) & 3) << 4) + (c & 15); }
+// K-major descriptor of a 64-byte-swizzled operand (8-row stride 512 bytes).
+__device__ __forceinline__ u64 smem_desc_sw64(u32 addr) {
+  return static_cast<u64>((addr & 0x3FFFFu) >> 4) | static_cast<u64>(1) << 16 | static_cast<u64>(512 >> 4) << 32 |
+         static_cast<u64>(2) << 62;
+}
+__device__ __forceinline__ u64 smem_desc_sw128(u32 addr) {
+  return static_cast<u64>((addr & 0x3FFFFu) >> 4) | static_cast<u64>(1) << 16 | static_cast<u64>(1024 >> 4) << 32 |
+         static_cast<u64>(1) << 62;
+}
+// Two floats to e4m3 bytes, `lo` in the low byte, and back.
+__device__ __forceinline__ u16 to_e4m3x2(float lo, float hi) {
+  u16 d;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+__device__ __forceinline__ void from_e4m3x2(u16 x, float& lo, float& hi) {
+  asm("{\n .reg .b32 h2;\n .reg .b16 l, h;\n cvt.rn.f16x2.e4m3x2 h2, %2;\n mov.b32 {l, h}, h2;\n"
+      " cvt.f32.f16 %0, l;\n cvt.f32.f16 %1, h;\n}\n"
+      : "=f"(lo), "=f"(hi)
+      : "h"(x));
+}
+// A packed pair of ELEM to floats, the low half first.
+template <int ELEM>
+__device__ __forceinline__ void unpack2(u32 x, float& lo, float& hi) {
+  if constexpr (ELEM == kElemBf16) {
+    lo = __int_as_float(static_cast<int>(x << 16));
+    hi = __int_as_float(static_cast<int>(x & 0xFFFF0000u));
+  } else {
+    asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.f32.f16 %0, l;\n cvt.f32.f16 %1, h;\n}\n"
+        : "=f"(lo), "=f"(hi)
+        : "r"(x));
+  }
+}
+// S^T: D[64 x 32] (+)= A[64 x 32] B[32 x 32]^T, e4m3, both in shared memory.
+__device__ __forceinline__ void wgmma_m64n32k32_e4m3_ss(float (&d)[16], u64 desc_a, u64 desc_b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+// P V: D[64 x 16] += A[64 x 32] (registers) B[16 x 32]^T (shared memory), e4m3.
+__device__ __forceinline__ void wgmma_m64n16k32_e4m3_rs(float (&d)[8], const u32 (&a)[4], u64 desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+// A warpgroup's own barrier (ids kFp8StepsBarrier0 + warpgroup), and the
+// same with an OR of a predicate over its threads.
+constexpr int kFp8StepsBarrier0 = 1;
+__device__ __forceinline__ bool warpgroup_any(int id, bool p) {
+  u32 r;
+  asm volatile(
+      "{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.or.pred q, %2, 128, p;\nselp.u32 %0, 1, 0, q;\n}\n"
+      : "=r"(r)
+      : "r"(static_cast<u32>(p)), "r"(id)
+      : "memory");
+  return r != 0;
+}
+
+template <int PAGE, int ELEM>
+__device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
+  typedef Fp8StepsLayout L;
+  constexpr int T = L::kTileTokens;
+  constexpr int R = L::kRows;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  const u32 base = smem_addr(smem);
+  const u32 bar0 = base + L::kBarrierOffset;
+  float* factor_s = reinterpret_cast<float*>(smem + L::kRowInfoOffset);  // S's factor per row
+  float* hand_s = factor_s + R;          // warpgroup 1's [reference max | l | true max] per row
+  float* scratch_s = hand_s + 3 * R;     // [8 warps][16]
+
+  const WorkItem w = p.items[blockIdx.x];
+  const int tid = threadIdx.x;
+  const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
+  const int t = tid & 127, warp = t >> 5, lane = tid & 31, g = lane >> 2, c4 = lane & 3;
+  const int own_barrier = kFp8StepsBarrier0 + wg;
+  const int rows_total = w.q_len * p.heads;
+  const long long row0 = static_cast<long long>(w.token_offset) * p.heads + w.row_begin;
+  const int n_tiles = w.kv_end > w.kv_begin ? (w.kv_end - w.kv_begin + T - 1) / T : 0;
+  const int* page_row = p.page_table + static_cast<long long>(w.request) * p.page_table_stride;
+  const unsigned char* pool = static_cast<const unsigned char*>(p.pool);
+
+  if (tid == 0) {
+    for (int s = 0; s < L::kStages; ++s) mbarrier_init(bar0 + 8 * s, 128);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  // Q' = Q q_scale in e4m3 high and low parts, a warp per row: q_scale puts
+  // the row's largest magnitude at 224, so the low part keeps four more
+  // bits down to e4m3's subnormals. Rows past the request's last are zero.
+  for (int r = tid >> 5; r < R; r += 8) {
+    const bool valid = w.row_begin + r < rows_total;
+    const u32* q = reinterpret_cast<const u32*>(static_cast<const u16*>(p.q) + (row0 + r) * kHeadDim);
+    float v[18];
+    float amax = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 9; ++k) {
+      unpack2<ELEM>(valid ? q[lane + 32 * k] : 0u, v[2 * k], v[2 * k + 1]);
+      amax = fmaxf(amax, fmaxf(fabsf(v[2 * k]), fabsf(v[2 * k + 1])));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float q_scale = amax > 0.0f ? 224.0f / amax : 1.0f;
+    if (lane == 0) factor_s[r] = p.scale_log2 / q_scale;
+#pragma unroll
+    for (int k = 0; k < 9; ++k) {
+      const int c = 2 * lane + 64 * k;
+      const float x = v[2 * k] * q_scale, y = v[2 * k + 1] * q_scale;
+      const u16 hi = to_e4m3x2(x, y);
+      float bx, by;
+      from_e4m3x2(hi, bx, by);
+      const u16 lo = to_e4m3x2(x - bx, y - by);
+      auto at = [&](int row) {
+        return c < kLatent ? (c / 128) * L::kQBlockBytes + swizzle128(row, c % 128)
+                           : 4 * L::kQBlockBytes + swizzle64(row, c - kLatent);
+      };
+      *reinterpret_cast<u16*>(smem + L::kQOffset + at(r)) = hi;
+      *reinterpret_cast<u16*>(smem + L::kQOffset + at(R + r)) = lo;
+    }
+  }
+  fence_proxy_async();
+  __syncthreads();
+
+  // This thread's rows (S^T's and O^T's columns n = 8 j + 2 c4 + e at
+  // index 2 j + e): their KV bounds and S's factors. Rows past the
+  // request's last see the whole range (zero Q: finite S) and are never stored.
+  int bound[4];
+  float factor[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int n = 8 * (i / 2) + 2 * c4 + (i % 2);
+    bound[i] = row_kv_bound(p, w, n, rows_total, w.kv_end);
+    factor[i] = factor_s[n];
+  }
+
+  // Copies: warp w of the owning warpgroup takes rows 16 w .. 16 w + 15 of
+  // a tile, lane l chunk l of a row's 512 latent bytes, and the rope four
+  // lanes to a row. A row's pool slot (page * PAGE + offset, -1 past the
+  // item's range) is looked up by lane l & 15 a tile ahead and passed by
+  // shuffle.
+  auto slot_of = [&](int tile) {
+    const unsigned pos = static_cast<unsigned>(w.kv_begin + tile * T + 16 * warp + (lane & 15));
+    return pos < static_cast<unsigned>(w.kv_end) ? page_row[pos / PAGE] * PAGE + static_cast<int>(pos % PAGE) : -1;
+  };
+  const int main_dst = (lane / 8) * L::kBlockBytes + 16 * warp * 128;
+  const int rope_row = 16 * warp + (lane >> 2);
+  const int rope_dst = L::kRopeOffset + swizzle64(rope_row, (lane & 3) * 16);
+  auto load_tile = [&](int tile, int slot) {
+    unsigned char* dst = smem + L::kKvOffset + (tile % L::kStages) * L::kTileBytes;
+#pragma unroll
+    for (int k = 0; k < 16; ++k) {
+      const int s = __shfl_sync(0xffffffffu, slot, k);
+      const unsigned char* src = pool + static_cast<long long>(s < 0 ? 0 : s) * kHeadDim + lane * 16;
+      cp_async_16(dst + main_dst + k * 128 + (((lane ^ k) & 7) << 4), src, s >= 0);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int s = __shfl_sync(0xffffffffu, slot, (lane >> 2) + 8 * h);
+      const unsigned char* src = pool + static_cast<long long>(s < 0 ? 0 : s) * kHeadDim + kLatent + (lane & 3) * 16;
+      cp_async_16(dst + rope_dst + h * 8 * 64, src, s >= 0);
+    }
+    cp_async_arrive(bar0 + 8 * (tile % L::kStages));
+  };
+  for (int tile = wg; tile < n_tiles && tile < L::kStages; tile += 2) load_tile(tile, slot_of(tile));
+
+  float o[8][8];  // O^T m-block 2 q + b: latents 128 q + 4 (8 warp + g) + 2 b (rows g) / + 1 (rows g + 8)
+#pragma unroll
+  for (int m = 0; m < 8; ++m)
+#pragma unroll
+    for (int i = 0; i < 8; ++i) o[m][i] = 0.0f;
+  float m_ref[4], l_run[4], m_top[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    m_ref[i] = neg_inf();
+    l_run[i] = 0.0f;
+    m_top[i] = neg_inf();
+  }
+  const u32 q_base = base + L::kQOffset;
+  const u32 p_own = base + L::kPOffset + wg * L::kPBytes;
+  // V^T: this thread's word (4 latents) of a block row is 8 warp + g; its
+  // token rows 2 c4 (+1 for loads 2, 3, 6, 7) set the swizzle, and rows
+  // 2 c4 + {0, 8, 1, 9, 16, 24, 17, 25} of a 32-token step are positions
+  // 4 c4 .. 4 c4 + 3 and 16 + 4 c4 .. of it, conflict-free.
+  u32 v_off[2];
+#pragma unroll
+  for (int odd = 0; odd < 2; ++odd)
+    v_off[odd] = (2 * c4 + odd) * 128 + ((((2 * warp + (g >> 2)) ^ (2 * c4 + odd)) & 7) << 4) + (g & 3) * 4;
+  // S^T's rows g and g + 8 of this warp are P^T's positions x0 and x0 + 1.
+  const int x0 = 32 * (warp >> 1) + 16 * (warp & 1) + 4 * (g >> 1) + 2 * (g & 1);
+
+  for (int tile = wg; tile < n_tiles; tile += 2) {
+    const int refill = tile + L::kStages;
+    const int refill_slot = refill < n_tiles ? slot_of(refill) : -1;
+    const u32 stage = base + L::kKvOffset + (tile % L::kStages) * L::kTileBytes;
+    mbarrier_wait(bar0 + 8 * (tile % L::kStages), (tile / L::kStages) & 1);
+    fence_proxy_async();
+    float s_both[16];
+    wgmma_fence();
+#pragma unroll
+    for (int step = 0; step < 18; ++step) {
+      const int block = step / 4, k = step % 4;
+      const u64 a = block < 4 ? smem_desc_sw128(stage + block * L::kBlockBytes + 32 * k)
+                              : smem_desc_sw64(stage + L::kRopeOffset + 32 * k);
+      const u64 b = block < 4 ? smem_desc_sw128(q_base + block * L::kQBlockBytes + 32 * k)
+                              : smem_desc_sw64(q_base + 4 * L::kQBlockBytes + 32 * k);
+      wgmma_m64n32k32_e4m3_ss(s_both, a, b, step > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    // s[4 j + 2 h + e]: token 16 warp + g + 8 h, row 8 j + 2 c4 + e.
+    float s[8];
+    bool over = false;
+    const int pos0 = w.kv_begin + tile * T + 16 * warp + g;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int col = 2 * (i / 4) + (i & 1);
+      const int pos = pos0 + 8 * ((i >> 1) & 1);
+      s[i] = pos < bound[col] ? (s_both[i] + s_both[8 + i]) * factor[col] : neg_inf();
+      m_top[col] = fmaxf(m_top[col], s[i]);
+      over |= passes_reference(m_ref[col], s[i]);
+    }
+    if (warpgroup_any(own_barrier, over)) {
+      // The warpgroup's maxima per row: lanes, then its four warps.
+#pragma unroll
+      for (int col = 0; col < 4; ++col) {
+        const int i = 4 * (col / 2) + (col & 1);
+        float mx = fmaxf(s[i], s[i + 2]);
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+        if (g == 0) scratch_s[(4 * wg + warp) * R + 8 * (col / 2) + 2 * c4 + (col & 1)] = mx;
+      }
+      named_barrier_sync(own_barrier, 128);
+#pragma unroll
+      for (int col = 0; col < 4; ++col) {
+        const int n = 8 * (col / 2) + 2 * c4 + (col & 1);
+        float mx = neg_inf();
+#pragma unroll
+        for (int k = 0; k < 4; ++k) mx = fmaxf(mx, scratch_s[(4 * wg + k) * R + n]);
+        const float next = next_reference_max(m_ref[col], mx);
+        const float f = rescale_factor(m_ref[col], next);
+        m_ref[col] = next;
+        l_run[col] *= f;
+#pragma unroll
+        for (int m = 0; m < 8; ++m) {
+          o[m][4 * (col / 2) + (col & 1)] *= f;
+          o[m][4 * (col / 2) + 2 + (col & 1)] *= f;
+        }
+      }
+      named_barrier_sync(own_barrier, 128);  // scratch is read before anyone's next write
+    }
+    // P^T in e4m3 high and low parts: row n, bytes [0, 64) high and [64, 128)
+    // low, positions x0 (token row g) and x0 + 1 (g + 8) as one u16.
+#pragma unroll
+    for (int col = 0; col < 4; ++col) {
+      const int i = 4 * (col / 2) + (col & 1);
+      const float sub = m_ref[col] == neg_inf() ? 0.0f : m_ref[col];
+      const float a = fast_exp2(s[i] - sub), b = fast_exp2(s[i + 2] - sub);
+      l_run[col] += a + b;
+      const u16 hi = to_e4m3x2(a, b);
+      float ba, bb;
+      from_e4m3x2(hi, ba, bb);
+      const u16 lo = to_e4m3x2(a - ba, b - bb);
+      const int n = 8 * (col / 2) + 2 * c4 + (col & 1);
+      asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(p_own + swizzle128(n, x0)), "h"(hi) : "memory");
+      asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(p_own + swizzle128(n, 64 + x0)), "h"(lo) : "memory");
+    }
+    fence_proxy_async();
+    named_barrier_sync(own_barrier, 128);
+
+    // P V over the tile's two 32-token steps: V^T fragments of the four
+    // 128-latent blocks (loads 0-3 give positions 4 c4 .., loads 4-7 16 + 4 c4 ..).
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+      u32 f[4][2][4];  // [block q][m-block b][register]
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const u32 row_base = stage + q * L::kBlockBytes + 32 * kk * 128;
+        constexpr int kRow[8] = {0, 8, 0, 8, 16, 24, 16, 24};
+        u32 word[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          asm volatile("ld.shared.b32 %0, [%1];\n"
+                       : "=r"(word[i])
+                       : "r"(row_base + kRow[i] * 128 + v_off[(i >> 1) & 1]));
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const u32 x01 = byte_perm(word[4 * h], word[4 * h + 1], 0x5140);
+          const u32 x23 = byte_perm(word[4 * h + 2], word[4 * h + 3], 0x5140);
+          const u32 y01 = byte_perm(word[4 * h], word[4 * h + 1], 0x7362);
+          const u32 y23 = byte_perm(word[4 * h + 2], word[4 * h + 3], 0x7362);
+          f[q][0][2 * h] = byte_perm(x01, x23, 0x5410);
+          f[q][0][2 * h + 1] = byte_perm(x01, x23, 0x7632);
+          f[q][1][2 * h] = byte_perm(y01, y23, 0x5410);
+          f[q][1][2 * h + 1] = byte_perm(y01, y23, 0x7632);
+        }
+      }
+      wgmma_fence();
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+#pragma unroll
+        for (int b = 0; b < 2; ++b)
+#pragma unroll
+          for (int part = 0; part < 2; ++part) {
+            wgmma_m64n16k32_e4m3_rs(o[2 * q + b], f[q][b], smem_desc_sw128(p_own + 64 * part + 32 * kk));
+          }
+      wgmma_commit();
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int m = 0; m < 8; ++m) pin_registers(o[m]);
+    // Every warp of the warpgroup is done with the stage: refill it.
+    named_barrier_sync(own_barrier, 128);
+    if (refill < n_tiles) load_tile(refill, refill_slot);
+  }
+
+  // l and the true maximum per row over the warpgroup: lanes, then warps.
+#pragma unroll
+  for (int col = 0; col < 4; ++col) {
+#pragma unroll
+    for (int off = 4; off < 32; off <<= 1) {
+      l_run[col] += __shfl_xor_sync(0xffffffffu, l_run[col], off);
+      m_top[col] = fmaxf(m_top[col], __shfl_xor_sync(0xffffffffu, m_top[col], off));
+    }
+  }
+  named_barrier_sync(own_barrier, 128);
+  if (g == 0) {
+#pragma unroll
+    for (int col = 0; col < 4; ++col) {
+      const int n = 8 * (col / 2) + 2 * c4 + (col & 1);
+      scratch_s[(4 * wg + warp) * R + n] = l_run[col];
+    }
+  }
+  named_barrier_sync(own_barrier, 128);
+#pragma unroll
+  for (int col = 0; col < 4; ++col) {
+    const int n = 8 * (col / 2) + 2 * c4 + (col & 1);
+    float l = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) l += scratch_s[(4 * wg + k) * R + n];
+    l_run[col] = l;
+  }
+  // Every thread of a warpgroup holds the same true maximum of its rows
+  // only after the warps meet too: through the hand-over below for
+  // warpgroup 1, through scratch for both.
+  named_barrier_sync(own_barrier, 128);
+  if (g == 0) {
+#pragma unroll
+    for (int col = 0; col < 4; ++col) scratch_s[(4 * wg + warp) * R + 8 * (col / 2) + 2 * c4 + (col & 1)] = m_top[col];
+  }
+  named_barrier_sync(own_barrier, 128);
+#pragma unroll
+  for (int col = 0; col < 4; ++col) {
+    const int n = 8 * (col / 2) + 2 * c4 + (col & 1);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) m_top[col] = fmaxf(m_top[col], scratch_s[(4 * wg + k) * R + n]);
+  }
+
+  // Warpgroup 1 hands O^T and its row state over through its own stages
+  // (1 and 3: every copy into them was waited for, every read is done).
+  float* hand_o = reinterpret_cast<float*>(smem + L::kKvOffset + L::kTileBytes);
+  if (wg == 1) {
+#pragma unroll
+    for (int m = 0; m < 8; ++m)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) hand_o[(m * 8 + i) * 128 + t] = o[m][i];
+    if (warp == 0 && g == 0) {
+#pragma unroll
+      for (int col = 0; col < 4; ++col) {
+        const int n = 8 * (col / 2) + 2 * c4 + (col & 1);
+        hand_s[n] = m_ref[col];
+        hand_s[R + n] = l_run[col];
+        hand_s[2 * R + n] = m_top[col];
+      }
+    }
+  }
+  __syncthreads();
+  if (wg == 1) return;
+  float a0[4], a1[4], inv[4];
+#pragma unroll
+  for (int col = 0; col < 4; ++col) {
+    const int n = 8 * (col / 2) + 2 * c4 + (col & 1);
+    const float m1 = hand_s[n];
+    const float ref = fmaxf(m_ref[col], m1);
+    a0[col] = m_ref[col] == neg_inf() ? 0.0f : fast_exp2(m_ref[col] - ref);
+    a1[col] = m1 == neg_inf() ? 0.0f : fast_exp2(m1 - ref);
+    const float l_ref = l_run[col] * a0[col] + hand_s[R + n] * a1[col];
+    inv[col] = l_ref > 0.0f ? p.out_scale / l_ref : 0.0f;
+    const float top = fmaxf(m_top[col], hand_s[2 * R + n]);
+    if (warp == 0 && g == 0 && w.row_begin + n < rows_total) {
+      // o is normalised against the reference maximum; the stats take the
+      // true one, with l moved to it.
+      const float l = l_ref > 0.0f ? l_ref * fast_exp2(ref - top) : 0.0f;
+      const float m = l_ref > 0.0f ? top * 0.6931471805599453f : neg_inf();
+      store_row_stats(p, w, row0, n, m, l);
+    }
+  }
+  const bool direct = w.split < 0;
+#pragma unroll
+  for (int col = 0; col < 4; ++col) {
+    const int n = 8 * (col / 2) + 2 * c4 + (col & 1);
+    if (w.row_begin + n >= rows_total) continue;
+    const int i0 = 4 * (col / 2) + (col & 1);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int latent = 128 * q + 4 * (8 * warp + g);
+      float v[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int m = 2 * q + (k >> 1), i = i0 + 2 * (k & 1);
+        v[k] = (o[m][i] * a0[col] + hand_o[(m * 8 + i) * 128 + t] * a1[col]) * inv[col];
+      }
+      if (direct) {
+        u32* out = reinterpret_cast<u32*>(static_cast<u16*>(p.out) + (row0 + n) * kLatent + latent);
+        *reinterpret_cast<uint2*>(out) = make_uint2(pack2<ELEM>(v[0], v[1]), pack2<ELEM>(v[2], v[3]));
+      } else {
+        *reinterpret_cast<float4*>(p.partial_out + split_entry(w, n) * kLatent + latent) =
+            make_float4(v[0], v[1], v[2], v[3]);
+      }
+    }
+  }
+}
+
 // A work item on the engine ENGINE names.
 // `kv_map`: the pool's tensor map, read by the seesaw engine's one-page-per-tile build.
 template <int M, int PAGE, int ELEM, int KV, int ENGINE, int BLOCKS = 0>
@@ -2326,6 +2811,8 @@ __device__ __forceinline__ void decode_item(const Params& p, const KvTensorMap* 
       }
     }
     decode_tile_seesaw<PAGE, ELEM, false>(p, kv_map);
+  } else if constexpr (ENGINE == kEngineFp8Steps) {
+    decode_tile_fp8_steps<PAGE, ELEM>(p);
   } else {
     decode_tile<M, PAGE, ELEM, KV, ENGINE, BLOCKS>(p);
   }

@@ -13,7 +13,8 @@ bool TensorcoreVariant::precompiled() const {
   return page && q_dtype == DType::bf16 &&
          (kv_dtype == DType::bf16 || kv_dtype == DType::fp8_e4m3) &&
          wgmma == tensorcore_uses_wgmma(rows) && (!seesaw || tensorcore_has_seesaw_build(rows, kv_dtype)) &&
-         (!two_blocks || tensorcore_has_two_block_build(rows, kv_dtype));
+         (!two_blocks || tensorcore_has_two_block_build(rows, kv_dtype)) &&
+         (!fp8_steps || tensorcore_has_fp8_steps_build(rows, kv_dtype));
 }
 
 int TensorcoreVariant::elem_kind() const {
@@ -30,6 +31,7 @@ bool TensorcoreVariant::reads_kv_map() const {
 
 int TensorcoreVariant::engine_kind() const {
   if (seesaw) return helixmla_tc::kEngineSeesaw;
+  if (fp8_steps) return helixmla_tc::kEngineFp8Steps;
   return wgmma ? helixmla_tc::kEngineWgmma : helixmla_tc::kEngineMmaSync;
 }
 
@@ -47,7 +49,11 @@ auto with_config(const TensorcoreVariant& v, F f) {
   if (v.seesaw && (!v.wgmma || v.kv_kind() == kKvFp8)) {
     throw InvalidArgument("variant.seesaw", -1, v.name(), "the seesaw engine is wgmma on 16-bit KV");
   }
+  if (v.fp8_steps && (v.wgmma || v.seesaw || v.two_blocks || !tensorcore_has_fp8_steps_build(v.rows, v.kv_dtype))) {
+    throw InvalidArgument("variant.fp8_steps", -1, v.name(), "the fp8-steps engine runs 16-row tiles of fp8 KV alone");
+  }
   if (v.seesaw) return f(Config<64, kKvSameAsQ, kEngineSeesaw>{});
+  if (v.fp8_steps) return f(Config<16, kKvFp8, kEngineFp8Steps>{});
   const bool fp8 = v.kv_kind() == kKvFp8;
   if (v.rows == 16) return fp8 ? f(Config<16, kKvFp8>{}) : f(Config<16, kKvSameAsQ>{});
   if (v.rows == 32) {
@@ -79,7 +85,7 @@ std::string TensorcoreVariant::name() const { return name_for_page(std::to_strin
 std::string TensorcoreVariant::name_for_page(std::string_view page) const {
   return "tc_m" + std::to_string(rows) + "_p" + std::string(page) + "_" + std::string(to_string(q_dtype)) + "_" +
          std::string(to_string(kv_dtype)) + (seesaw ? "_seesaw" : wgmma ? "_wgmma" : "") +
-         (two_blocks ? "_2blocks" : "");
+         (two_blocks ? "_2blocks" : "") + (fp8_steps ? "_fp8steps" : "");
 }
 
 // Block slots per SM the plan fills (A/B builds, CMake's HELIXMLA_TC_KNOBS):
@@ -121,6 +127,7 @@ TensorcoreVariant tensorcore_variant(std::int32_t heads, std::int32_t q_len, std
   v.wgmma = tensorcore_uses_wgmma(v.rows);
   v.seesaw = tensorcore_uses_seesaw(v.rows, kv_dtype, batch_bucket);
   v.two_blocks = tensorcore_has_two_block_build(v.rows, kv_dtype) && batch_bucket >= kTwoBlocks32RowFp8FromBatch;
+  v.fp8_steps = tensorcore_uses_fp8_steps(v.rows, kv_dtype, batch_bucket);
   return v;
 }
 

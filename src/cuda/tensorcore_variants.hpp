@@ -49,6 +49,23 @@ constexpr bool tensorcore_uses_seesaw(std::int32_t rows, DType kv_dtype, std::in
          batch_bucket >= HELIXMLA_TC_SEESAW_FROM_BATCH;
 }
 
+// 16-row tiles of fp8 KV have a second build, the fp8-steps engine (wgmma
+// with e4m3 operands, tokens as M: tensorcore_kernel.cuh's
+// decode_tile_fp8_steps), one block per SM on 64-token tiles. Its
+// prototype (bench/prototypes/swapped_fp8_native.cu) took case 11's shape
+// (128 requests) to 164 us against 187 on the mma.sync engine; small
+// batches, which the plan splits into short items, are not measured yet,
+// so it runs from HELIXMLA_TC_FP8_STEPS_FROM_BATCH requests (an A/B knob).
+#ifndef HELIXMLA_TC_FP8_STEPS_FROM_BATCH
+#define HELIXMLA_TC_FP8_STEPS_FROM_BATCH 64
+#endif
+constexpr bool tensorcore_has_fp8_steps_build(std::int32_t rows, DType kv_dtype) {
+  return rows == 16 && kv_dtype == DType::fp8_e4m3;
+}
+constexpr bool tensorcore_uses_fp8_steps(std::int32_t rows, DType kv_dtype, std::int32_t batch_bucket) {
+  return tensorcore_has_fp8_steps_build(rows, kv_dtype) && batch_bucket >= HELIXMLA_TC_FP8_STEPS_FROM_BATCH;
+}
+
 struct TensorcoreVariant {
   std::int32_t rows = 64;  // query rows per block (16, 32 or 64)
   std::int32_t page_size = 64;
@@ -57,6 +74,7 @@ struct TensorcoreVariant {
   bool wgmma = false;            // matrix engine: wgmma (64 rows only) or mma.sync
   bool two_blocks = false;       // the build for two blocks per SM (32-row fp8 only; below)
   bool seesaw = false;           // wgmma in FlashMLA's layout (64 rows, 16-bit KV; wgmma set too)
+  bool fp8_steps = false;        // wgmma with e4m3 operands, tokens as M (16 rows, fp8 KV)
 
   bool precompiled() const;
   int elem_kind() const;  // helixmla_tc::ElemKind
@@ -69,7 +87,8 @@ struct TensorcoreVariant {
   // Whether the kernel reads the pool's tensor map (KvTensorMap): the seesaw
   // engine where pages hold whole 64-token tiles, its TMA copies.
   bool reads_kv_map() const;
-  // e.g. "tc_m64_p64_bf16_fp8_wgmma", "tc_m64_p64_bf16_bf16_seesaw", "tc_m32_p64_bf16_fp8_2blocks"
+  // e.g. "tc_m64_p64_bf16_fp8_wgmma", "tc_m64_p64_bf16_bf16_seesaw", "tc_m32_p64_bf16_fp8_2blocks",
+  // "tc_m16_p64_bf16_fp8_fp8steps"
   std::string name() const;
   // The same with `page` in place of the page size (the catalog's "<any>").
   std::string name_for_page(std::string_view page) const;

@@ -261,19 +261,27 @@ TEST(TensorcoreFp8Producer, ItemsOfEveryShortTileCountMatch) {
 
 // Per-token Helix bounds that differ inside a verify group, including tokens
 // that see nothing (stats (-inf, 0), zero output).
-// Runs `spec` on its 64-row tile with the engine named by `wgmma` and
-// `seesaw` (compiled just in time where the catalog would not pick it) and
-// checks it against the reference.
-void expect_engine_matches(const BatchSpec& spec, bool wgmma, bool seesaw) {
+// Runs `spec` on its row tile (64 rows, or 16 for the fp8-steps engine)
+// with the engine named by `wgmma`, `seesaw` and `fp8_steps` (compiled just
+// in time where the catalog would not pick it), under Helix per-token
+// `bounds` if any, and checks it against the reference.
+void expect_engine_matches(const BatchSpec& spec, bool wgmma, bool seesaw, bool fp8_steps = false,
+                           const std::vector<std::int32_t>& bounds = {}) {
   SyntheticBatch host(spec);
   DeviceBatch device(host);
   TestStream stream;
-  const Problem p = device.problem();
+  Problem p = device.problem();
+  if (!bounds.empty()) {
+    p.helix.cp_size = 2;
+    p.helix.cp_rank = 1;
+    p.helix.token_kv_bounds = bounds;
+  }
   validate(p);
   cuda::TensorcoreVariant variant = cuda::tensorcore_variant_of(p);
-  ASSERT_EQ(variant.rows, 64) << label_of(spec);
+  ASSERT_EQ(variant.rows, fp8_steps ? 16 : 64) << label_of(spec);
   variant.wgmma = wgmma;
   variant.seesaw = seesaw;
+  variant.fp8_steps = fp8_steps;
   const std::string label = label_of(spec) + " " + variant.name();
   device.poison_outputs();
   check_cuda(cudaDeviceSynchronize(), "poison");
@@ -286,7 +294,7 @@ void expect_engine_matches(const BatchSpec& spec, bool wgmma, bool seesaw) {
     return;
   }
   device.download_outputs();
-  expect_matches_reference(host, label);
+  expect_matches_reference(host, label, p.helix);
 }
 
 // 64-row tiles have three matrix engines (the seesaw engine for 16-bit KV,
@@ -334,6 +342,46 @@ TEST(TensorcoreEngines, SeesawEngineMatchesReferenceAcrossPagesAndVerifyGroups) 
   BatchSpec fp16 = decode_spec(128, 1, 64, DType::fp16);
   fp16.kv_len = {777, 64, 2048};
   expect_engine_matches(fp16, true, true);
+}
+
+// The fp8-steps engine runs 16-row tiles of fp8 KV in batches of
+// HELIXMLA_TC_FP8_STEPS_FROM_BATCH or more, which the small test batches
+// elsewhere are not: here it runs every page class (a page a row, a page
+// size that is not a power of two, pages under and over its 64-token
+// tile), 16 rows as heads or verify groups and fewer rows than 16 (the
+// rest padding), requests shorter than a tile, partial and odd tile
+// counts (one warpgroup's tiles only), items split over long requests,
+// Helix per-token bounds with tokens that see nothing, fp16 Q, and
+// statistics.
+TEST(TensorcoreEngines, Fp8StepsEngineMatchesReferenceAcrossPagesAndVerifyGroups) {
+  SKIP_WITHOUT_TENSORCORE();
+  if (!Environment::detect().nvrtc) GTEST_SKIP() << "no NVRTC";
+  for (std::int32_t page : {1, 3, 16, 64, 128}) {
+    for (const auto& [heads, q_len] :
+         {std::pair{16, 1}, std::pair{8, 2}, std::pair{4, 4}, std::pair{13, 1}, std::pair{1, 1}}) {
+      BatchSpec spec = decode_spec(heads, q_len, page, DType::fp8_e4m3);
+      spec.kv_len = {5, 301, 130, 1000, 64, 65, 128};
+      spec.generations = static_cast<std::int32_t>(spec.kv_len.size());
+      expect_engine_matches(spec, false, false, true);
+    }
+  }
+  BatchSpec split = decode_spec(16, 1, 64, DType::fp8_e4m3);
+  split.kv_len = {20000, 70};
+  split.generations = 2;
+  expect_engine_matches(split, false, false, true);
+  BatchSpec fp16 = decode_spec(16, 1, 64, DType::fp8_e4m3);
+  fp16.q_dtype = DType::fp16;
+  fp16.kv_len = {777, 64, 2048};
+  fp16.generations = 3;
+  expect_engine_matches(fp16, false, false, true);
+  BatchSpec helix = decode_spec(4, 4, 16, DType::fp8_e4m3);
+  helix.kv_len = {70, 1000, 3};
+  helix.generations = 3;
+  std::vector<std::int32_t> bounds;
+  for (std::int32_t kv : helix.kv_len) {
+    for (std::int32_t t = 0; t < 4; ++t) bounds.push_back(t < 2 ? 0 : std::min(kv, kv / 2 + 7 * t));
+  }
+  expect_engine_matches(helix, false, false, true, bounds);
 }
 
 // Scales every request's KV row at position j by 1 + growth * j / kv_len,

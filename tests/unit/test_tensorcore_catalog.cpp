@@ -97,8 +97,9 @@ TEST(TensorcoreCatalog, InventoryListsWhatCanImplementNames) {
     EXPECT_TRUE(v.precompiled) << v.name;
     precompiled.insert(v.name);
   }
-  // 3 row tiles x 2 KV types x 4 pages, 32-row fp8 twice, 64-row 16-bit KV twice (seesaw)
-  EXPECT_EQ(precompiled.size(), 32u);
+  // 3 row tiles x 2 KV types x 4 pages, 32-row fp8 twice, 64-row 16-bit KV
+  // twice (seesaw), 16-row fp8 twice (fp8 steps)
+  EXPECT_EQ(precompiled.size(), 36u);
   for (std::int32_t heads : {1, 16, 24, 48, 64, 96, 128}) {
     for (std::int32_t q_len : {1, 2, 4, 16}) {
       for (const DType kv : {DType::bf16, DType::fp8_e4m3}) {
@@ -245,6 +246,43 @@ TEST(TensorcoreCatalog, OnlySixtyFourRowTilesUseWgmma) {
   EXPECT_FALSE(tensorcore_variant_for(decode_shape(16, 64)).wgmma);
   EXPECT_FALSE(tensorcore_variant_for(decode_shape(24, 64)).wgmma);
   EXPECT_EQ(tensorcore_variant_for(decode_shape(64, 64)).wgmma, kTensorcoreWgmmaFor64Rows);
+}
+
+TEST(TensorcoreCatalog, SixteenRowTilesOfFp8KvRunTheFp8StepsEngineInBigBatches) {
+  // 16-row tiles of fp8 KV (16 heads; 8 x q_len 2; one head) take the
+  // fp8-steps build in batches from HELIXMLA_TC_FP8_STEPS_FROM_BATCH on,
+  // precompiled and listed; 16-bit KV, 32-row tiles and smaller batches keep
+  // their engines, and a hand-built variant of another shape is refused.
+  const auto variant = [](std::int32_t heads, std::int32_t q_len, DType kv, std::int32_t batch) {
+    PhaseShape s = decode_shape(heads, 64, kv, q_len);
+    s.batch_bucket = batch;
+    return tensorcore_variant_for(s);
+  };
+  const std::int32_t big = HELIXMLA_TC_FP8_STEPS_FROM_BATCH;
+  const TensorcoreVariant fp8 = variant(16, 1, DType::fp8_e4m3, big);
+  EXPECT_EQ(fp8.rows, 16);
+  EXPECT_TRUE(fp8.fp8_steps);
+  EXPECT_FALSE(fp8.wgmma);
+  EXPECT_EQ(fp8.name(), "tc_m16_p64_bf16_fp8_fp8steps");
+  EXPECT_EQ(fp8.smem_bytes(), helixmla_tc::Fp8StepsLayout::kSmemBytes);
+  EXPECT_EQ(fp8.blocks_per_sm(), 1);
+  EXPECT_EQ(fp8.block_threads(), 256);
+  EXPECT_FALSE(fp8.reads_kv_map());
+  EXPECT_TRUE(fp8.precompiled());
+  EXPECT_TRUE(variant(8, 2, DType::fp8_e4m3, big).fp8_steps);
+  EXPECT_TRUE(variant(1, 1, DType::fp8_e4m3, big).fp8_steps);
+  EXPECT_FALSE(variant(16, 1, DType::bf16, big).fp8_steps);
+  EXPECT_FALSE(variant(32, 1, DType::fp8_e4m3, big).fp8_steps);
+  if (big > 1) EXPECT_FALSE(variant(16, 1, DType::fp8_e4m3, big / 2).fp8_steps);
+  const BackendPtr b = make_tensorcore_backend();
+  std::set<std::string> listed;
+  for (const KernelVariant& v : b->catalog().inventory(hopper(false))) listed.insert(v.name);
+  EXPECT_TRUE(listed.count(fp8.name())) << fp8.name();
+  EXPECT_TRUE(listed.count("tc_m16_p64_bf16_fp8"));
+  TensorcoreVariant wrong = fp8;
+  wrong.kv_dtype = DType::bf16;
+  EXPECT_FALSE(wrong.precompiled());
+  EXPECT_THROW(wrong.smem_bytes(), InvalidArgument);
 }
 
 TEST(TensorcoreCatalog, SixtyFourRowTilesOfSixteenBitKvRunTheSeesawEngineInBigBatches) {

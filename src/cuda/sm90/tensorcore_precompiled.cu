@@ -1,7 +1,7 @@
 // The precompiled tensor-core variants: every row tile (on its default
-// engine, the 64-row seesaw build of 16-bit KV and the 32-row fp8 two-block
-// build) for bf16 Q with bf16 or fp8 KV, at the page sizes of
-// kTensorcorePrecompiledPages.
+// engine, the 64-row seesaw build of 16-bit KV, the 32-row fp8 two-block
+// build and the 16-row fp8-steps build) for bf16 Q with bf16 or fp8 KV, at
+// the page sizes of kTensorcorePrecompiledPages.
 #include "cuda/tensorcore_kernel.cuh"
 #include "cuda/tensorcore_precompiled.hpp"
 
@@ -29,17 +29,22 @@ const void* for_page(int page) {
 }
 
 template <int KV>
-const void* for_rows(int rows, bool two_blocks, bool seesaw, int page) {
-  switch (rows) {
-    case 16: return for_page<16, KV, helixmla_tc::kEngineMmaSync>(page);
+const void* for_rows(const TensorcoreVariant& v) {
+  const int page = v.page_size;
+  switch (v.rows) {
+    case 16:
+      if constexpr (KV == helixmla_tc::kKvFp8) {
+        if (v.fp8_steps) return for_page<16, KV, helixmla_tc::kEngineFp8Steps>(page);
+      }
+      return for_page<16, KV, helixmla_tc::kEngineMmaSync>(page);
     case 32:
       if constexpr (KV == helixmla_tc::kKvFp8) {
-        if (two_blocks) return for_page<32, KV, helixmla_tc::kEngineMmaSync, 2>(page);
+        if (v.two_blocks) return for_page<32, KV, helixmla_tc::kEngineMmaSync, 2>(page);
       }
       return for_page<32, KV, helixmla_tc::kEngineMmaSync>(page);
     case 64:
       if constexpr (KV != helixmla_tc::kKvFp8) {
-        if (seesaw) return for_page<64, KV, helixmla_tc::kEngineSeesaw>(page);
+        if (v.seesaw) return for_page<64, KV, helixmla_tc::kEngineSeesaw>(page);
       }
       return for_page<64, KV, tensorcore_uses_wgmma(64) ? helixmla_tc::kEngineWgmma : helixmla_tc::kEngineMmaSync>(page);
     default: return nullptr;
@@ -50,9 +55,8 @@ const void* for_rows(int rows, bool two_blocks, bool seesaw, int page) {
 
 const void* tensorcore_precompiled_kernel(const TensorcoreVariant& variant) {
   if (!variant.precompiled()) return nullptr;
-  return variant.kv_dtype == DType::fp8_e4m3
-             ? for_rows<helixmla_tc::kKvFp8>(variant.rows, variant.two_blocks, false, variant.page_size)
-             : for_rows<helixmla_tc::kKvSameAsQ>(variant.rows, variant.two_blocks, variant.seesaw, variant.page_size);
+  return variant.kv_dtype == DType::fp8_e4m3 ? for_rows<helixmla_tc::kKvFp8>(variant)
+                                              : for_rows<helixmla_tc::kKvSameAsQ>(variant);
 }
 
 }  // namespace helixmla::cuda
