@@ -239,9 +239,11 @@ struct Fp8StepsLayout {
   static constexpr int kBlockBytes = kTileTokens * 128;
   static constexpr int kRopeOffset = 4 * kBlockBytes;  // 64 rows x 64 bytes
   static constexpr int kTileBytes = kRopeOffset + kTileTokens * 64;
-  // Q': rows [0, 16) high parts, [16, 32) low parts, in the tile's blocks.
-  static constexpr int kQBlockBytes = 2 * kRows * 128;
-  static constexpr int kQBytes = 4 * kQBlockBytes + 2 * kRows * 64;
+  // Q': rows [0, 16) high parts, [16, 32) middle, [32, 48) low, in the
+  // tile's blocks.
+  static constexpr int kQParts = 3;
+  static constexpr int kQBlockBytes = kQParts * kRows * 128;
+  static constexpr int kQBytes = 4 * kQBlockBytes + kQParts * kRows * 64;
   static constexpr int kPBytes = kRows * 128;  // P^T of a tile: 16 rows of [64 high | 64 low] positions
   static constexpr int kQOffset = 0;
   static constexpr int kKvOffset = kQBytes;
@@ -2350,10 +2352,12 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p, const KvTens
 // are wgmma's M and the tile's rows its N, so nothing is padded; K is
 // wgmma's A straight from shared memory and V^T its A from registers
 // (bytes transposed with prmt), so no KV byte is widened; Q and P are split
-// into e4m3 high and low parts, entered side by side (S: N = 32) or as a
-// doubled reduction (P V), which keeps 16-bit accuracy:
+// into e4m3 parts, entered side by side (S: Q in three, N = 48, 12
+// significant bits: bf16's 8 exactly, so S, and the statistics' maximum,
+// match the 16-bit engines; two parts kept 8, and the maximum missed the
+// tests' 1e-3) or as a doubled reduction (P V, P in two):
 //
-//   S^T[64 x 32] = K [Qhi Qlo]^T            (row n: column n plus column 16 + n)
+//   S^T[64 x 48] = K [Qhi Qmid Qlo]^T       (row n: columns n, 16 + n, 32 + n)
 //   O^T[512 x 16] += V^T Phi^T + V^T Plo^T
 //
 // Each warpgroup owns every other 64-token tile of the item, with its own
@@ -2402,14 +2406,15 @@ __device__ __forceinline__ void unpack2(u32 x, float& lo, float& hi) {
         : "r"(x));
   }
 }
-// S^T: D[64 x 32] (+)= A[64 x 32] B[32 x 32]^T, e4m3, both in shared memory.
-__device__ __forceinline__ void wgmma_m64n32k32_e4m3_ss(float (&d)[16], u64 desc_a, u64 desc_b, int accumulate) {
+// S^T: D[64 x 48] (+)= A[64 x 32] B[48 x 32]^T, e4m3, both in shared memory.
+__device__ __forceinline__ void wgmma_m64n48k32_e4m3_ss(float (&d)[24], u64 desc_a, u64 desc_b, int accumulate) {
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 "
-      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1;\n}\n"
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %26, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n48k32.f32.e4m3.e4m3 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23}, %24, %25, p, 1, 1;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
-        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 // P V: D[64 x 16] += A[64 x 32] (registers) B[16 x 32]^T (shared memory), e4m3.
@@ -2462,9 +2467,9 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
     for (int s = 0; s < L::kStages; ++s) mbarrier_init(bar0 + 8 * s, 128);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  // Q' = Q q_scale in e4m3 high and low parts, a warp per row: q_scale puts
-  // the row's largest magnitude at 224, so the low part keeps four more
-  // bits down to e4m3's subnormals. Rows past the request's last are zero.
+  // Q' = Q q_scale in three e4m3 parts, a warp per row: q_scale puts the
+  // row's largest magnitude at 224, so each lower part keeps four more bits
+  // down to e4m3's subnormals. Rows past the request's last are zero.
   for (int r = tid >> 5; r < R; r += 8) {
     const bool valid = w.row_begin + r < rows_total;
     const u32* q = reinterpret_cast<const u32*>(static_cast<const u16*>(p.q) + (row0 + r) * kHeadDim);
@@ -2484,15 +2489,19 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
       const int c = 2 * lane + 64 * k;
       const float x = v[2 * k] * q_scale, y = v[2 * k + 1] * q_scale;
       const u16 hi = to_e4m3x2(x, y);
-      float bx, by;
-      from_e4m3x2(hi, bx, by);
-      const u16 lo = to_e4m3x2(x - bx, y - by);
+      float hx, hy;
+      from_e4m3x2(hi, hx, hy);
+      const u16 mid = to_e4m3x2(x - hx, y - hy);
+      float mx, my;
+      from_e4m3x2(mid, mx, my);
+      const u16 lo = to_e4m3x2((x - hx) - mx, (y - hy) - my);
       auto at = [&](int row) {
         return c < kLatent ? (c / 128) * L::kQBlockBytes + swizzle128(row, c % 128)
                            : 4 * L::kQBlockBytes + swizzle64(row, c - kLatent);
       };
       *reinterpret_cast<u16*>(smem + L::kQOffset + at(r)) = hi;
-      *reinterpret_cast<u16*>(smem + L::kQOffset + at(R + r)) = lo;
+      *reinterpret_cast<u16*>(smem + L::kQOffset + at(R + r)) = mid;
+      *reinterpret_cast<u16*>(smem + L::kQOffset + at(2 * R + r)) = lo;
     }
   }
   fence_proxy_async();
@@ -2571,7 +2580,7 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
     const u32 stage = base + L::kKvOffset + (tile % L::kStages) * L::kTileBytes;
     mbarrier_wait(bar0 + 8 * (tile % L::kStages), (tile / L::kStages) & 1);
     fence_proxy_async();
-    float s_both[16];
+    float s_parts[24];  // columns: Q's high, middle and low parts of the 16 rows
     wgmma_fence();
 #pragma unroll
     for (int step = 0; step < 18; ++step) {
@@ -2580,7 +2589,7 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
                               : smem_desc_sw64(stage + L::kRopeOffset + 32 * k);
       const u64 b = block < 4 ? smem_desc_sw128(q_base + block * L::kQBlockBytes + 32 * k)
                               : smem_desc_sw64(q_base + 4 * L::kQBlockBytes + 32 * k);
-      wgmma_m64n32k32_e4m3_ss(s_both, a, b, step > 0);
+      wgmma_m64n48k32_e4m3_ss(s_parts, a, b, step > 0);
     }
     wgmma_commit();
     wgmma_wait<0>();
@@ -2592,7 +2601,7 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
     for (int i = 0; i < 8; ++i) {
       const int col = 2 * (i / 4) + (i & 1);
       const int pos = pos0 + 8 * ((i >> 1) & 1);
-      s[i] = pos < bound[col] ? (s_both[i] + s_both[8 + i]) * factor[col] : neg_inf();
+      s[i] = pos < bound[col] ? (s_parts[i] + s_parts[8 + i] + s_parts[16 + i]) * factor[col] : neg_inf();
       m_top[col] = fmaxf(m_top[col], s[i]);
       over |= passes_reference(m_ref[col], s[i]);
     }
