@@ -2354,8 +2354,9 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p, const KvTens
 // (bytes transposed with prmt), so no KV byte is widened; Q and P are split
 // into e4m3 parts, entered side by side (S: Q in three, N = 48, 12
 // significant bits: bf16's 8 exactly, so S, and the statistics' maximum,
-// match the 16-bit engines; two parts kept 8, and the maximum missed the
-// tests' 1e-3) or as a doubled reduction (P V, P in two):
+// match the 16-bit engines, with S's 18 steps in three float32-summed
+// chunks against the fp8 accumulator's 14 bits) or as a doubled reduction
+// (P V, P in two):
 //
 //   S^T[64 x 48] = K [Qhi Qmid Qlo]^T       (row n: columns n, 16 + n, 32 + n)
 //   O^T[512 x 16] += V^T Phi^T + V^T Plo^T
@@ -2580,7 +2581,11 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
     const u32 stage = base + L::kKvOffset + (tile % L::kStages) * L::kTileBytes;
     mbarrier_wait(bar0 + 8 * (tile % L::kStages), (tile / L::kStages) & 1);
     fence_proxy_async();
-    float s_parts[24];  // columns: Q's high, middle and low parts of the 16 rows
+    // S in three chunks of six steps, summed in float32: the fp8 wgmma
+    // accumulator keeps about 14 bits (DeepSeek-V3's report), which over
+    // all 18 steps left the statistics' maximum 5-8e-4 off.
+    // Columns: Q's high, middle and low parts of the 16 rows.
+    float s_parts[3][24];
     wgmma_fence();
 #pragma unroll
     for (int step = 0; step < 18; ++step) {
@@ -2589,7 +2594,7 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
                               : smem_desc_sw64(stage + L::kRopeOffset + 32 * k);
       const u64 b = block < 4 ? smem_desc_sw128(q_base + block * L::kQBlockBytes + 32 * k)
                               : smem_desc_sw64(q_base + 4 * L::kQBlockBytes + 32 * k);
-      wgmma_m64n48k32_e4m3_ss(s_parts, a, b, step > 0);
+      wgmma_m64n48k32_e4m3_ss(s_parts[step / 6], a, b, step % 6 > 0);
     }
     wgmma_commit();
     wgmma_wait<0>();
@@ -2601,7 +2606,10 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
     for (int i = 0; i < 8; ++i) {
       const int col = 2 * (i / 4) + (i & 1);
       const int pos = pos0 + 8 * ((i >> 1) & 1);
-      s[i] = pos < bound[col] ? (s_parts[i] + s_parts[8 + i] + s_parts[16 + i]) * factor[col] : neg_inf();
+      float sum = 0.0f;
+#pragma unroll
+      for (int c = 0; c < 3; ++c) sum += (s_parts[c][i] + s_parts[c][8 + i]) + s_parts[c][16 + i];
+      s[i] = pos < bound[col] ? sum * factor[col] : neg_inf();
       m_top[col] = fmaxf(m_top[col], s[i]);
       over |= passes_reference(m_ref[col], s[i]);
     }
