@@ -248,10 +248,11 @@ TEST(TensorcoreCatalog, OnlySixtyFourRowTilesUseWgmma) {
   EXPECT_EQ(tensorcore_variant_for(decode_shape(64, 64)).wgmma, kTensorcoreWgmmaFor64Rows);
 }
 
-TEST(TensorcoreCatalog, SixteenRowTilesOfFp8KvRunTheFp8StepsEngineInBigBatches) {
-  // 16-row tiles of fp8 KV (16 heads; 8 x q_len 2; one head) take the
-  // fp8-steps build in batches from HELIXMLA_TC_FP8_STEPS_FROM_BATCH on,
-  // precompiled and listed; 16-bit KV, 32-row tiles and smaller batches keep
+TEST(TensorcoreCatalog, SixteenRowTilesOfFp8KvHaveAnFp8StepsBuild) {
+  // 16-row tiles of fp8 KV (16 heads; 8 x q_len 2; one head) have the
+  // fp8-steps build, precompiled and listed; the catalog chooses it in
+  // batches from HELIXMLA_TC_FP8_STEPS_FROM_BATCH on only with
+  // HELIXMLA_TC_FP8_STEPS; 16-bit KV, 32-row tiles and smaller batches keep
   // their engines, and a hand-built variant of another shape is refused.
   const auto variant = [](std::int32_t heads, std::int32_t q_len, DType kv, std::int32_t batch) {
     PhaseShape s = decode_shape(heads, 64, kv, q_len);
@@ -259,9 +260,16 @@ TEST(TensorcoreCatalog, SixteenRowTilesOfFp8KvRunTheFp8StepsEngineInBigBatches) 
     return tensorcore_variant_for(s);
   };
   const std::int32_t big = HELIXMLA_TC_FP8_STEPS_FROM_BATCH;
-  const TensorcoreVariant fp8 = variant(16, 1, DType::fp8_e4m3, big);
+  const bool chosen = HELIXMLA_TC_FP8_STEPS != 0;
+  TensorcoreVariant fp8 = variant(16, 1, DType::fp8_e4m3, big);
   EXPECT_EQ(fp8.rows, 16);
-  EXPECT_TRUE(fp8.fp8_steps);
+  EXPECT_EQ(fp8.fp8_steps, chosen);
+  EXPECT_EQ(variant(8, 2, DType::fp8_e4m3, big).fp8_steps, chosen);
+  EXPECT_EQ(variant(1, 1, DType::fp8_e4m3, big).fp8_steps, chosen);
+  EXPECT_FALSE(variant(16, 1, DType::bf16, big).fp8_steps);
+  EXPECT_FALSE(variant(32, 1, DType::fp8_e4m3, big).fp8_steps);
+  if (big > 1) EXPECT_FALSE(variant(16, 1, DType::fp8_e4m3, big / 2).fp8_steps);
+  fp8.fp8_steps = true;
   EXPECT_FALSE(fp8.wgmma);
   EXPECT_EQ(fp8.name(), "tc_m16_p64_bf16_fp8_fp8steps");
   EXPECT_EQ(fp8.smem_bytes(), helixmla_tc::Fp8StepsLayout::kSmemBytes);
@@ -269,11 +277,6 @@ TEST(TensorcoreCatalog, SixteenRowTilesOfFp8KvRunTheFp8StepsEngineInBigBatches) 
   EXPECT_EQ(fp8.block_threads(), 256);
   EXPECT_FALSE(fp8.reads_kv_map());
   EXPECT_TRUE(fp8.precompiled());
-  EXPECT_TRUE(variant(8, 2, DType::fp8_e4m3, big).fp8_steps);
-  EXPECT_TRUE(variant(1, 1, DType::fp8_e4m3, big).fp8_steps);
-  EXPECT_FALSE(variant(16, 1, DType::bf16, big).fp8_steps);
-  EXPECT_FALSE(variant(32, 1, DType::fp8_e4m3, big).fp8_steps);
-  if (big > 1) EXPECT_FALSE(variant(16, 1, DType::fp8_e4m3, big / 2).fp8_steps);
   const BackendPtr b = make_tensorcore_backend();
   std::set<std::string> listed;
   for (const KernelVariant& v : b->catalog().inventory(hopper(false))) listed.insert(v.name);
