@@ -131,6 +131,8 @@ TensorcoreVariant tensorcore_variant(std::int32_t heads, std::int32_t q_len, std
   return v;
 }
 
+bool tensorcore_fp8_steps_enabled() { return HELIXMLA_TC_FP8_STEPS != 0; }
+
 TensorcoreVariant tensorcore_variant_for(const PhaseShape& shape) {
   return tensorcore_variant(shape.num_heads, shape.q_len, shape.page_size, shape.q_dtype, shape.kv_dtype,
                             shape.batch_bucket);

@@ -75,6 +75,9 @@ constexpr bool tensorcore_uses_fp8_steps(std::int32_t rows, DType kv_dtype, std:
   return HELIXMLA_TC_FP8_STEPS && tensorcore_has_fp8_steps_build(rows, kv_dtype) &&
          batch_bucket >= HELIXMLA_TC_FP8_STEPS_FROM_BATCH;
 }
+// HELIXMLA_TC_FP8_STEPS as the library was built (knobs reach the
+// library's sources only, not a caller's).
+bool tensorcore_fp8_steps_enabled();
 
 struct TensorcoreVariant {
   std::int32_t rows = 64;  // query rows per block (16, 32 or 64)

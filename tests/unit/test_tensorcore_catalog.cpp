@@ -260,7 +260,7 @@ TEST(TensorcoreCatalog, SixteenRowTilesOfFp8KvHaveAnFp8StepsBuild) {
     return tensorcore_variant_for(s);
   };
   const std::int32_t big = HELIXMLA_TC_FP8_STEPS_FROM_BATCH;
-  const bool chosen = HELIXMLA_TC_FP8_STEPS != 0;
+  const bool chosen = tensorcore_fp8_steps_enabled();
   TensorcoreVariant fp8 = variant(16, 1, DType::fp8_e4m3, big);
   EXPECT_EQ(fp8.rows, 16);
   EXPECT_EQ(fp8.fp8_steps, chosen);
