@@ -2359,7 +2359,7 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p, const KvTens
 // (P V, P in two):
 //
 //   S^T[64 x 48] = K [Qhi Qmid Qlo]^T       (row n: columns n, 16 + n, 32 + n)
-//   O^T[512 x 16] += V^T Phi^T + V^T Plo^T
+//   O^T[512 x 16] += V^T Phi^T + V^T Plo^T   (Phi in e5m2 for its range)
 //
 // Each warpgroup owns every other 64-token tile of the item, with its own
 // reference maxima, sums and O^T (64 registers for 512 latents), so the
@@ -2383,7 +2383,7 @@ __device__ __forceinline__ u64 smem_desc_sw128(u32 addr) {
   return static_cast<u64>((addr & 0x3FFFFu) >> 4) | static_cast<u64>(1) << 16 | static_cast<u64>(1024 >> 4) << 32 |
          static_cast<u64>(1) << 62;
 }
-// Two floats to e4m3 bytes, `lo` in the low byte, and back.
+// Two floats to e4m3 (or e5m2) bytes, `lo` in the low byte, and back.
 __device__ __forceinline__ u16 to_e4m3x2(float lo, float hi) {
   u16 d;
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(d) : "f"(hi), "f"(lo));
@@ -2391,6 +2391,17 @@ __device__ __forceinline__ u16 to_e4m3x2(float lo, float hi) {
 }
 __device__ __forceinline__ void from_e4m3x2(u16 x, float& lo, float& hi) {
   asm("{\n .reg .b32 h2;\n .reg .b16 l, h;\n cvt.rn.f16x2.e4m3x2 h2, %2;\n mov.b32 {l, h}, h2;\n"
+      " cvt.f32.f16 %0, l;\n cvt.f32.f16 %1, h;\n}\n"
+      : "=f"(lo), "=f"(hi)
+      : "h"(x));
+}
+__device__ __forceinline__ u16 to_e5m2x2(float lo, float hi) {
+  u16 d;
+  asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;\n" : "=h"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+__device__ __forceinline__ void from_e5m2x2(u16 x, float& lo, float& hi) {
+  asm("{\n .reg .b32 h2;\n .reg .b16 l, h;\n cvt.rn.f16x2.e5m2x2 h2, %2;\n mov.b32 {l, h}, h2;\n"
       " cvt.f32.f16 %0, l;\n cvt.f32.f16 %1, h;\n}\n"
       : "=f"(lo), "=f"(hi)
       : "h"(x));
@@ -2418,14 +2429,23 @@ __device__ __forceinline__ void wgmma_m64n48k32_e4m3_ss(float (&d)[24], u64 desc
         "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
-// P V: D[64 x 16] += A[64 x 32] (registers) B[16 x 32]^T (shared memory), e4m3.
-__device__ __forceinline__ void wgmma_m64n16k32_e4m3_rs(float (&d)[8], const u32 (&a)[4], u64 desc_b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 "
-      "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+// P V: D[64 x 16] += A[64 x 32] (registers, e4m3) B[16 x 32]^T (shared
+// memory, e5m2 for P's high part, else e4m3).
+template <bool B_E5M2>
+__device__ __forceinline__ void wgmma_m64n16k32_fp8_rs(float (&d)[8], const u32 (&a)[4], u64 desc_b) {
+#define HMLA_TC_M64N16K32_RS(BTYPE)                                                                   \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                             \
+               "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3." BTYPE " "                           \
+               "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1;\n}\n"                         \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), \
+                 "+f"(d[7])                                                                          \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b))
+  if constexpr (B_E5M2) {
+    HMLA_TC_M64N16K32_RS("e5m2");
+  } else {
+    HMLA_TC_M64N16K32_RS("e4m3");
+  }
+#undef HMLA_TC_M64N16K32_RS
 }
 // A warpgroup's own barrier (ids kFp8StepsBarrier0 + warpgroup), and the
 // same with an OR of a predicate over its threads.
@@ -2468,9 +2488,11 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
     for (int s = 0; s < L::kStages; ++s) mbarrier_init(bar0 + 8 * s, 128);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  // Q' = Q q_scale in three e4m3 parts, a warp per row: q_scale puts the
-  // row's largest magnitude at 224, so each lower part keeps four more bits
-  // down to e4m3's subnormals. Rows past the request's last are zero.
+  // Q' = Q q_scale in three e4m3 parts, a warp per row: q_scale, a power
+  // of two, puts the row's largest magnitude in [128, 256), so Q q_scale
+  // keeps Q's bits and the three parts (4 significant bits each) hold
+  // bf16's 8 and fp16's 11 exactly down to e4m3's subnormals. Rows past
+  // the request's last are zero.
   for (int r = tid >> 5; r < R; r += 8) {
     const bool valid = w.row_begin + r < rows_total;
     const u32* q = reinterpret_cast<const u32*>(static_cast<const u16*>(p.q) + (row0 + r) * kHeadDim);
@@ -2483,7 +2505,11 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float q_scale = amax > 0.0f ? 224.0f / amax : 1.0f;
+    // Exponent field f: 2^(f - 127) <= amax < 2^(f - 126); 2^(134 - f) moves
+    // amax to [2^7, 2^8). Zero, Inf and NaN rows stay unscaled.
+    const int field = __float_as_int(amax) >> 23;
+    const int exponent = 261 - field < 1 ? 1 : (261 - field > 254 ? 254 : 261 - field);
+    const float q_scale = field == 0 || field == 255 ? 1.0f : __int_as_float(exponent << 23);
     if (lane == 0) factor_s[r] = p.scale_log2 / q_scale;
 #pragma unroll
     for (int k = 0; k < 9; ++k) {
@@ -2643,17 +2669,20 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
       }
       named_barrier_sync(own_barrier, 128);  // scratch is read before anyone's next write
     }
-    // P^T in e4m3 high and low parts: row n, bytes [0, 64) high and [64, 128)
-    // low, positions x0 (token row g) and x0 + 1 (g + 8) as one u16.
+    // P^T in two parts: row n, bytes [0, 64) the high part in e5m2 (P runs
+    // from 2^8 down past 2^-16 before it is lost; in e4m3 it was lost below
+    // about 2^-10, a long tail's whole mass under one dominant token), bytes
+    // [64, 128) the rest in e4m3; together about 8 significant bits.
+    // Positions x0 (token row g) and x0 + 1 (g + 8) as one u16.
 #pragma unroll
     for (int col = 0; col < 4; ++col) {
       const int i = 4 * (col / 2) + (col & 1);
       const float sub = m_ref[col] == neg_inf() ? 0.0f : m_ref[col];
       const float a = fast_exp2(s[i] - sub), b = fast_exp2(s[i + 2] - sub);
       l_run[col] += a + b;
-      const u16 hi = to_e4m3x2(a, b);
+      const u16 hi = to_e5m2x2(a, b);
       float ba, bb;
-      from_e4m3x2(hi, ba, bb);
+      from_e5m2x2(hi, ba, bb);
       const u16 lo = to_e4m3x2(a - ba, b - bb);
       const int n = 8 * (col / 2) + 2 * c4 + (col & 1);
       asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(p_own + swizzle128(n, x0)), "h"(hi) : "memory");
@@ -2694,11 +2723,10 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
 #pragma unroll
       for (int q = 0; q < 4; ++q)
 #pragma unroll
-        for (int b = 0; b < 2; ++b)
-#pragma unroll
-          for (int part = 0; part < 2; ++part) {
-            wgmma_m64n16k32_e4m3_rs(o[2 * q + b], f[q][b], smem_desc_sw128(p_own + 64 * part + 32 * kk));
-          }
+        for (int b = 0; b < 2; ++b) {
+          wgmma_m64n16k32_fp8_rs<true>(o[2 * q + b], f[q][b], smem_desc_sw128(p_own + 32 * kk));
+          wgmma_m64n16k32_fp8_rs<false>(o[2 * q + b], f[q][b], smem_desc_sw128(p_own + 64 + 32 * kk));
+        }
       wgmma_commit();
     }
     wgmma_wait<0>();

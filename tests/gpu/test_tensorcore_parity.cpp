@@ -265,9 +265,9 @@ TEST(TensorcoreFp8Producer, ItemsOfEveryShortTileCountMatch) {
 // with the engine named by `wgmma`, `seesaw` and `fp8_steps` (compiled just
 // in time where the catalog would not pick it), under Helix per-token
 // `bounds` if any, and checks it against the reference.
-void expect_engine_matches(const BatchSpec& spec, bool wgmma, bool seesaw, bool fp8_steps = false,
+void expect_engine_matches(SyntheticBatch& host, bool wgmma, bool seesaw, bool fp8_steps = false,
                            const std::vector<std::int32_t>& bounds = {}) {
-  SyntheticBatch host(spec);
+  const BatchSpec& spec = host.spec();
   DeviceBatch device(host);
   TestStream stream;
   Problem p = device.problem();
@@ -295,6 +295,11 @@ void expect_engine_matches(const BatchSpec& spec, bool wgmma, bool seesaw, bool 
   }
   device.download_outputs();
   expect_matches_reference(host, label, p.helix);
+}
+void expect_engine_matches(const BatchSpec& spec, bool wgmma, bool seesaw, bool fp8_steps = false,
+                           const std::vector<std::int32_t>& bounds = {}) {
+  SyntheticBatch host(spec);
+  expect_engine_matches(host, wgmma, seesaw, fp8_steps, bounds);
 }
 
 // 64-row tiles have three matrix engines (the seesaw engine for 16-bit KV,
@@ -382,6 +387,61 @@ TEST(TensorcoreEngines, Fp8StepsEngineMatchesReferenceAcrossPagesAndVerifyGroups
     for (std::int32_t t = 0; t < 4; ++t) bounds.push_back(t < 2 ? 0 : std::min(kv, kv / 2 + 7 * t));
   }
   expect_engine_matches(helix, false, false, true, bounds);
+}
+
+// Makes KV position 0 of every request dominate: its key becomes the sum of
+// the request's query rows, scaled so that each row's score for it passes
+// the row's best other score by `gap` (natural-log units). Every other
+// token then weighs e^-gap or less, and thousands of them together weigh
+// as much as the dominant one: a kernel whose P loses such values (e4m3
+// holds nothing under 2^-9) returns little more than the dominant token's V.
+void dominate_first_token(SyntheticBatch& host, double gap) {
+  const BatchSpec& spec = host.spec();
+  const std::int64_t dim = spec.dims.head_dim();
+  const double f = static_cast<double>(host.softmax_scale_) * spec.kv_scale;
+  std::int64_t token = 0;
+  for (std::size_t r = 0; r < host.kv_len_.size(); ++r) {
+    const std::int32_t kv = host.kv_len_[r];
+    const std::int64_t rows = std::int64_t{host.q_len_[r]} * spec.heads;
+    const std::int64_t q0 = token * spec.heads * dim;
+    token += host.q_len_[r];
+    auto q = [&](std::int64_t row, std::int64_t c) {
+      return static_cast<double>(load_as_float(host.q_.data(), spec.q_dtype, q0 + row * dim + c));
+    };
+    std::vector<double> u(dim, 0.0);
+    for (std::int64_t row = 0; row < rows; ++row)
+      for (std::int64_t c = 0; c < dim; ++c) u[c] += q(row, c);
+    double alpha = 0.0;
+    for (std::int64_t row = 0; row < rows; ++row) {
+      double best = -INFINITY, toward = 0.0;
+      for (std::int32_t j = 1; j < kv; ++j) {
+        const std::int64_t k0 = host.pool_row(static_cast<std::int32_t>(r), j);
+        double dot = 0.0;
+        for (std::int64_t c = 0; c < dim; ++c) dot += q(row, c) * load_as_float(host.pool_.data(), spec.kv_dtype, k0 + c);
+        best = std::max(best, dot);
+      }
+      for (std::int64_t c = 0; c < dim; ++c) toward += q(row, c) * u[c];
+      ASSERT_GT(toward, 0.0) << "row " << row << " of request " << r;
+      alpha = std::max(alpha, (best + gap / f) / toward);
+    }
+    const std::int64_t k0 = host.pool_row(static_cast<std::int32_t>(r), 0);
+    for (std::int64_t c = 0; c < dim; ++c) {
+      store_from_float(host.pool_.data(), spec.kv_dtype, k0 + c, static_cast<float>(alpha * u[c]));
+    }
+  }
+}
+
+// A dominant first token over a long tail about 13 log2 units below it
+// (dominate_first_token): the fp8-steps engine keeps P's high part in e5m2,
+// whose range reaches 2^-16, so the tail's mass stays in O.
+TEST(TensorcoreEngines, Fp8StepsEngineKeepsALongTailUnderADominantToken) {
+  SKIP_WITHOUT_TENSORCORE();
+  BatchSpec spec = decode_spec(16, 1, 64, DType::fp8_e4m3);
+  spec.kv_len = {8192, 3000};
+  spec.generations = 2;
+  SyntheticBatch host(spec);
+  dominate_first_token(host, 9.0);
+  expect_engine_matches(host, false, false, true);
 }
 
 // Scales every request's KV row at position j by 1 + growth * j / kv_len,
