@@ -2354,7 +2354,7 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p, const KvTens
 // (bytes transposed with prmt), so no KV byte is widened; Q and P are split
 // into e4m3 parts, entered side by side (S: Q in three, N = 48, 12
 // significant bits: bf16's 8 exactly, so S, and the statistics' maximum,
-// match the 16-bit engines, with S's 18 steps in three float32-summed
+// match the 16-bit engines, with S's 18 steps in six float32-summed
 // chunks against the fp8 accumulator's 14 bits) or as a doubled reduction
 // (P V, P in two):
 //
@@ -2607,23 +2607,47 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
     const u32 stage = base + L::kKvOffset + (tile % L::kStages) * L::kTileBytes;
     mbarrier_wait(bar0 + 8 * (tile % L::kStages), (tile / L::kStages) & 1);
     fence_proxy_async();
-    // S in three chunks of six steps, summed in float32: the fp8 wgmma
-    // accumulator keeps about 14 bits (DeepSeek-V3's report), which over
-    // all 18 steps left the statistics' maximum 5-8e-4 off.
-    // Columns: Q's high, middle and low parts of the 16 rows.
-    float s_parts[3][24];
-    wgmma_fence();
+    // S in six chunks of three steps, each summed into float32 as it
+    // lands: the fp8 wgmma accumulator keeps about 14 bits (DeepSeek-V3's
+    // report), and its error grows with the steps a sum takes (all 18 left
+    // the statistics' maximum 5-8e-4 off). Two accumulator sets alternate:
+    // one chunk runs while the other's is folded. Columns: Q's high, middle
+    // and low parts of the 16 rows.
+    float s_acc[2][24];
+    float s_sum[8];
+    auto issue_chunk = [&](int chunk) {
+      wgmma_fence();
 #pragma unroll
-    for (int step = 0; step < 18; ++step) {
-      const int block = step / 4, k = step % 4;
-      const u64 a = block < 4 ? smem_desc_sw128(stage + block * L::kBlockBytes + 32 * k)
-                              : smem_desc_sw64(stage + L::kRopeOffset + 32 * k);
-      const u64 b = block < 4 ? smem_desc_sw128(q_base + block * L::kQBlockBytes + 32 * k)
-                              : smem_desc_sw64(q_base + 4 * L::kQBlockBytes + 32 * k);
-      wgmma_m64n48k32_e4m3_ss(s_parts[step / 6], a, b, step % 6 > 0);
+      for (int k3 = 0; k3 < 3; ++k3) {
+        const int step = 3 * chunk + k3, block = step / 4, k = step % 4;
+        const u64 a = block < 4 ? smem_desc_sw128(stage + block * L::kBlockBytes + 32 * k)
+                                : smem_desc_sw64(stage + L::kRopeOffset + 32 * k);
+        const u64 b = block < 4 ? smem_desc_sw128(q_base + block * L::kQBlockBytes + 32 * k)
+                                : smem_desc_sw64(q_base + 4 * L::kQBlockBytes + 32 * k);
+        wgmma_m64n48k32_e4m3_ss(s_acc[chunk & 1], a, b, k3 > 0);
+      }
+      wgmma_commit();
+    };
+    auto fold = [&](int set, bool first) {
+      pin_registers(s_acc[set]);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const float part = (s_acc[set][i] + s_acc[set][8 + i]) + s_acc[set][16 + i];
+        s_sum[i] = first ? part : s_sum[i] + part;
+      }
+    };
+    issue_chunk(0);
+    issue_chunk(1);
+#pragma unroll
+    for (int chunk = 2; chunk < 6; ++chunk) {
+      wgmma_wait<1>();  // chunk - 2, in the set chunk reuses, is done
+      fold(chunk & 1, chunk == 2);
+      issue_chunk(chunk);
     }
-    wgmma_commit();
+    wgmma_wait<1>();
+    fold(0, false);
     wgmma_wait<0>();
+    fold(1, false);
     // s[4 j + 2 h + e]: token 16 warp + g + 8 h, row 8 j + 2 c4 + e.
     float s[8];
     bool over = false;
@@ -2632,10 +2656,7 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
     for (int i = 0; i < 8; ++i) {
       const int col = 2 * (i / 4) + (i & 1);
       const int pos = pos0 + 8 * ((i >> 1) & 1);
-      float sum = 0.0f;
-#pragma unroll
-      for (int c = 0; c < 3; ++c) sum += (s_parts[c][i] + s_parts[c][8 + i]) + s_parts[c][16 + i];
-      s[i] = pos < bound[col] ? sum * factor[col] : neg_inf();
+      s[i] = pos < bound[col] ? s_sum[i] * factor[col] : neg_inf();
       m_top[col] = fmaxf(m_top[col], s[i]);
       over |= passes_reference(m_ref[col], s[i]);
     }
