@@ -56,8 +56,10 @@ constexpr bool tensorcore_uses_seesaw(std::int32_t rows, DType kv_dtype, std::in
 // mma.sync engine, correct, 0.57-0.58x case 5 (session 28), but its forced
 // GPU test (TensorcoreEngines.Fp8StepsEngine*) missed the statistics'
 // 1e-3 (l up to 2.2e-3 off: the fp8 accumulator's 14 bits over S's 18
-// steps); S summed in three float32 chunks, the fix session 17 measured on
-// its hybrid branch, has not run on a GPU. So the catalog chooses it only
+// steps); S summed in float32 chunks (the fix session 17 measured on its
+// hybrid branch; six chunks since c5602b3) has not run on a GPU, nor has
+// P's high part in e5m2 (3fd87ed: e4m3 lost a long tail under a dominant
+// token). So the catalog chooses it only
 // with HELIXMLA_TC_FP8_STEPS=1 (an A/B knob, off by default); it is
 // compiled, listed and tested either way. Small batches, which the plan
 // splits into short items, are not measured: from
