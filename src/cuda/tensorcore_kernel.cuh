@@ -2383,28 +2383,28 @@ __device__ __forceinline__ u64 smem_desc_sw128(u32 addr) {
   return static_cast<u64>((addr & 0x3FFFFu) >> 4) | static_cast<u64>(1) << 16 | static_cast<u64>(1024 >> 4) << 32 |
          static_cast<u64>(1) << 62;
 }
-// Two floats to e4m3 (or e5m2) bytes, `lo` in the low byte, and back.
-__device__ __forceinline__ u16 to_e4m3x2(float lo, float hi) {
+// Two floats to fp8 bytes (e5m2 or e4m3), `lo` in the low byte, and back.
+template <bool E5M2>
+__device__ __forceinline__ u16 to_fp8x2(float lo, float hi) {
   u16 d;
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(d) : "f"(hi), "f"(lo));
+  if constexpr (E5M2) {
+    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;\n" : "=h"(d) : "f"(hi), "f"(lo));
+  } else {
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(d) : "f"(hi), "f"(lo));
+  }
   return d;
 }
-__device__ __forceinline__ void from_e4m3x2(u16 x, float& lo, float& hi) {
-  asm("{\n .reg .b32 h2;\n .reg .b16 l, h;\n cvt.rn.f16x2.e4m3x2 h2, %2;\n mov.b32 {l, h}, h2;\n"
-      " cvt.f32.f16 %0, l;\n cvt.f32.f16 %1, h;\n}\n"
+template <bool E5M2>
+__device__ __forceinline__ void from_fp8x2(u16 x, float& lo, float& hi) {
+  u32 h2;
+  if constexpr (E5M2) {
+    asm("cvt.rn.f16x2.e5m2x2 %0, %1;\n" : "=r"(h2) : "h"(x));
+  } else {
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h2) : "h"(x));
+  }
+  asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.f32.f16 %0, l;\n cvt.f32.f16 %1, h;\n}\n"
       : "=f"(lo), "=f"(hi)
-      : "h"(x));
-}
-__device__ __forceinline__ u16 to_e5m2x2(float lo, float hi) {
-  u16 d;
-  asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;\n" : "=h"(d) : "f"(hi), "f"(lo));
-  return d;
-}
-__device__ __forceinline__ void from_e5m2x2(u16 x, float& lo, float& hi) {
-  asm("{\n .reg .b32 h2;\n .reg .b16 l, h;\n cvt.rn.f16x2.e5m2x2 h2, %2;\n mov.b32 {l, h}, h2;\n"
-      " cvt.f32.f16 %0, l;\n cvt.f32.f16 %1, h;\n}\n"
-      : "=f"(lo), "=f"(hi)
-      : "h"(x));
+      : "r"(h2));
 }
 // A packed pair of ELEM to floats, the low half first.
 template <int ELEM>
@@ -2515,13 +2515,13 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
     for (int k = 0; k < 9; ++k) {
       const int c = 2 * lane + 64 * k;
       const float x = v[2 * k] * q_scale, y = v[2 * k + 1] * q_scale;
-      const u16 hi = to_e4m3x2(x, y);
+      const u16 hi = to_fp8x2<false>(x, y);
       float hx, hy;
-      from_e4m3x2(hi, hx, hy);
-      const u16 mid = to_e4m3x2(x - hx, y - hy);
+      from_fp8x2<false>(hi, hx, hy);
+      const u16 mid = to_fp8x2<false>(x - hx, y - hy);
       float mx, my;
-      from_e4m3x2(mid, mx, my);
-      const u16 lo = to_e4m3x2((x - hx) - mx, (y - hy) - my);
+      from_fp8x2<false>(mid, mx, my);
+      const u16 lo = to_fp8x2<false>((x - hx) - mx, (y - hy) - my);
       auto at = [&](int row) {
         return c < kLatent ? (c / 128) * L::kQBlockBytes + swizzle128(row, c % 128)
                            : 4 * L::kQBlockBytes + swizzle64(row, c - kLatent);
@@ -2701,10 +2701,10 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
       const float sub = m_ref[col] == neg_inf() ? 0.0f : m_ref[col];
       const float a = fast_exp2(s[i] - sub), b = fast_exp2(s[i + 2] - sub);
       l_run[col] += a + b;
-      const u16 hi = to_e5m2x2(a, b);
+      const u16 hi = to_fp8x2<true>(a, b);
       float ba, bb;
-      from_e5m2x2(hi, ba, bb);
-      const u16 lo = to_e4m3x2(a - ba, b - bb);
+      from_fp8x2<true>(hi, ba, bb);
+      const u16 lo = to_fp8x2<false>(a - ba, b - bb);
       const int n = 8 * (col / 2) + 2 * c4 + (col & 1);
       asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(p_own + swizzle128(n, x0)), "h"(hi) : "memory");
       asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(p_own + swizzle128(n, 64 + x0)), "h"(lo) : "memory");
