@@ -519,12 +519,17 @@ __device__ __forceinline__ float rescale_factor(float from, float to) {
   return from == to ? 1.0f : fast_exp2(from - to);
 }
 
-// wgmma shared-memory descriptor, 128-byte swizzle; `p` must sit in a
-// 1024-byte aligned swizzle pattern (plus an in-row byte offset for K steps).
+// wgmma shared-memory descriptor of the operand at shared address `addr`,
+// with the 128-byte swizzle (SWIZZLE 1) or the 64-byte one (2); `addr` must
+// sit in an aligned swizzle pattern (1024 or 512 bytes; plus an in-row byte
+// offset for K steps).
+template <u32 SWIZZLE = 1>
+__device__ __forceinline__ u64 smem_desc_at(u32 addr, u32 leading_bytes, u32 stride_bytes) {
+  return static_cast<u64>((addr & 0x3FFFFu) >> 4) | static_cast<u64>((leading_bytes & 0x3FFFFu) >> 4) << 16 |
+         static_cast<u64>((stride_bytes & 0x3FFFFu) >> 4) << 32 | static_cast<u64>(SWIZZLE) << 62;
+}
 __device__ __forceinline__ u64 smem_desc(const void* p, u32 leading_bytes, u32 stride_bytes) {
-  return static_cast<u64>((smem_addr(p) & 0x3FFFFu) >> 4) |
-         static_cast<u64>((leading_bytes & 0x3FFFFu) >> 4) << 16 |
-         static_cast<u64>((stride_bytes & 0x3FFFFu) >> 4) << 32 | static_cast<u64>(1) << 62;
+  return smem_desc_at(smem_addr(p), leading_bytes, stride_bytes);
 }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() {
@@ -2374,15 +2379,10 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p, const KvTens
 // Byte c of row r in a 128-byte-swizzled block, and in a 64-byte-swizzled one.
 __device__ __forceinline__ int swizzle128(int r, int c) { return r * 128 + ((((c >> 4) ^ r) & 7) << 4) + (c & 15); }
 __device__ __forceinline__ int swizzle64(int r, int c) { return r * 64 + ((((c >> 4) ^ (r >> 1)) & 3) << 4) + (c & 15); }
-// K-major descriptor of a 64-byte-swizzled operand (8-row stride 512 bytes).
-__device__ __forceinline__ u64 smem_desc_sw64(u32 addr) {
-  return static_cast<u64>((addr & 0x3FFFFu) >> 4) | static_cast<u64>(1) << 16 | static_cast<u64>(512 >> 4) << 32 |
-         static_cast<u64>(2) << 62;
-}
-__device__ __forceinline__ u64 smem_desc_sw128(u32 addr) {
-  return static_cast<u64>((addr & 0x3FFFFu) >> 4) | static_cast<u64>(1) << 16 | static_cast<u64>(1024 >> 4) << 32 |
-         static_cast<u64>(1) << 62;
-}
+// K-major descriptors of this engine's operands: 8-row strides of 1024
+// bytes (128-byte swizzle) and 512 (64-byte swizzle, the rope blocks).
+__device__ __forceinline__ u64 smem_desc_sw128(u32 addr) { return smem_desc_at<1>(addr, 16, 1024); }
+__device__ __forceinline__ u64 smem_desc_sw64(u32 addr) { return smem_desc_at<2>(addr, 16, 512); }
 // Two floats to fp8 bytes (e5m2 or e4m3), `lo` in the low byte, and back.
 template <bool E5M2>
 __device__ __forceinline__ u16 to_fp8x2(float lo, float hi) {
