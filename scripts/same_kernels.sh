@@ -46,6 +46,11 @@ instantiations() {
         echo "template __global__ void helixmla_tc::mla_decode_kernel<64, $page, helixmla_tc::$elem," \
              "helixmla_tc::kKvSameAsQ, helixmla_tc::kEngineSeesaw>($params);"
       fi
+      if grep -q "kEngineFp8Steps" "$tree/src/cuda/tensorcore_kernel.cuh"; then
+        # The fp8-steps engine (16-row tiles of fp8 KV).
+        echo "template __global__ void helixmla_tc::mla_decode_kernel<16, $page, helixmla_tc::$elem," \
+             "helixmla_tc::kKvFp8, helixmla_tc::kEngineFp8Steps>($params);"
+      fi
     done
   done
 }
