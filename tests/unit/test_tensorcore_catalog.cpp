@@ -50,6 +50,13 @@ PhaseShape decode_shape(std::int32_t heads, std::int32_t page, DType kv = DType:
   return s;
 }
 
+// The variant the catalog picks for H heads x q_len at page 64 and a batch bucket.
+TensorcoreVariant variant(std::int32_t heads, std::int32_t q_len, DType kv, std::int32_t batch) {
+  PhaseShape s = decode_shape(heads, 64, kv, q_len);
+  s.batch_bucket = batch;
+  return tensorcore_variant_for(s);
+}
+
 TEST(TensorcoreCatalog, AvailableOnlyOnHopperBuilds) {
   const BackendPtr b = make_tensorcore_backend();
   EXPECT_EQ(b->name(), "cuda_tensorcore");
@@ -254,11 +261,6 @@ TEST(TensorcoreCatalog, SixteenRowTilesOfFp8KvHaveAnFp8StepsBuild) {
   // batches from HELIXMLA_TC_FP8_STEPS_FROM_BATCH on only with
   // HELIXMLA_TC_FP8_STEPS; 16-bit KV, 32-row tiles and smaller batches keep
   // their engines, and a hand-built variant of another shape is refused.
-  const auto variant = [](std::int32_t heads, std::int32_t q_len, DType kv, std::int32_t batch) {
-    PhaseShape s = decode_shape(heads, 64, kv, q_len);
-    s.batch_bucket = batch;
-    return tensorcore_variant_for(s);
-  };
   const std::int32_t big = HELIXMLA_TC_FP8_STEPS_FROM_BATCH;
   const bool chosen = tensorcore_fp8_steps_enabled();
   TensorcoreVariant fp8 = variant(16, 1, DType::fp8_e4m3, big);
@@ -293,11 +295,6 @@ TEST(TensorcoreCatalog, SixtyFourRowTilesOfSixteenBitKvRunTheSeesawEngineInBigBa
   // one tile or less: 64 heads, 48, 24 padded) takes the seesaw build in
   // batches from HELIXMLA_TC_SEESAW_FROM_BATCH on, precompiled and listed;
   // fp8 KV, 16-row tiles and smaller batches keep their engines.
-  const auto variant = [](std::int32_t heads, std::int32_t q_len, DType kv, std::int32_t batch) {
-    PhaseShape s = decode_shape(heads, 64, kv, q_len);
-    s.batch_bucket = batch;
-    return tensorcore_variant_for(s);
-  };
   const std::int32_t big = HELIXMLA_TC_SEESAW_FROM_BATCH;
   const TensorcoreVariant bf16 = variant(128, 1, DType::bf16, big);
   EXPECT_TRUE(bf16.seesaw);
