@@ -51,21 +51,15 @@ constexpr bool tensorcore_uses_seesaw(std::int32_t rows, DType kv_dtype, std::in
 
 // 16-row tiles of fp8 KV have a second build, the fp8-steps engine (wgmma
 // with e4m3 operands, tokens as M: tensorcore_kernel.cuh's
-// decode_tile_fp8_steps), one block per SM on 64-token tiles. In the
-// library it ran suite case 11 in 163.8-166.8 us against 187 on the
-// mma.sync engine, correct, 0.57-0.58x case 5 (session 28), but its forced
-// GPU test (TensorcoreEngines.Fp8StepsEngine*) missed the statistics'
-// 1e-3 (l up to 2.2e-3 off: the fp8 accumulator's 14 bits over S's 18
-// steps); S summed in float32 chunks (the fix session 17 measured on its
-// hybrid branch; six chunks since c5602b3) has not run on a GPU, nor has
-// P's high part in e5m2 (3fd87ed: e4m3 lost a long tail under a dominant
-// token). So the catalog chooses it only
-// with HELIXMLA_TC_FP8_STEPS=1 (an A/B knob, off by default); it is
-// compiled, listed and tested either way. Small batches, which the plan
-// splits into short items, are not measured: from
-// HELIXMLA_TC_FP8_STEPS_FROM_BATCH requests on.
+// decode_tile_fp8_steps), one block per SM on 64-token tiles. It runs suite
+// case 11 in 165 us against 187 on the mma.sync engine (0.58x case 5),
+// and its GPU tests (TensorcoreEngines.Fp8StepsEngine*: statistics to 1e-3
+// with S summed in float32 chunks, a long tail under a dominant token with
+// P's high part in e5m2) pass, sanitizers clean (session 29). So the
+// catalog chooses it from HELIXMLA_TC_FP8_STEPS_FROM_BATCH requests on;
+// HELIXMLA_TC_FP8_STEPS=0 keeps the mma.sync engine for an A/B.
 #ifndef HELIXMLA_TC_FP8_STEPS
-#define HELIXMLA_TC_FP8_STEPS 0
+#define HELIXMLA_TC_FP8_STEPS 1
 #endif
 #ifndef HELIXMLA_TC_FP8_STEPS_FROM_BATCH
 #define HELIXMLA_TC_FP8_STEPS_FROM_BATCH 64
