@@ -127,7 +127,7 @@ TensorcoreVariant tensorcore_variant(std::int32_t heads, std::int32_t q_len, std
   v.wgmma = tensorcore_uses_wgmma(v.rows);
   v.seesaw = tensorcore_uses_seesaw(v.rows, kv_dtype, batch_bucket);
   v.two_blocks = tensorcore_has_two_block_build(v.rows, kv_dtype) && batch_bucket >= kTwoBlocks32RowFp8FromBatch;
-  v.fp8_steps = tensorcore_uses_fp8_steps(v.rows, kv_dtype, batch_bucket);
+  v.fp8_steps = tensorcore_uses_fp8_steps(v.rows, kv_dtype);
   return v;
 }
 

@@ -55,21 +55,19 @@ constexpr bool tensorcore_uses_seesaw(std::int32_t rows, DType kv_dtype, std::in
 // case 11 in 165 us against 187 on the mma.sync engine (0.58x case 5),
 // and its GPU tests (TensorcoreEngines.Fp8StepsEngine*: statistics to 1e-3
 // with S summed in float32 chunks, a long tail under a dominant token with
-// P's high part in e5m2) pass, sanitizers clean (session 29). So the
-// catalog chooses it from HELIXMLA_TC_FP8_STEPS_FROM_BATCH requests on;
-// HELIXMLA_TC_FP8_STEPS=0 keeps the mma.sync engine for an A/B.
+// P's high part in e5m2) pass, sanitizers clean (session 29). It was
+// also faster at every batch size measured, one request (split over the
+// SMs) to 128 (bench/fp8-steps-batch-probe.csv: 16-18% at 1-16 requests),
+// so the catalog chooses it for every such tile; HELIXMLA_TC_FP8_STEPS=0
+// keeps the mma.sync engine for an A/B.
 #ifndef HELIXMLA_TC_FP8_STEPS
 #define HELIXMLA_TC_FP8_STEPS 1
-#endif
-#ifndef HELIXMLA_TC_FP8_STEPS_FROM_BATCH
-#define HELIXMLA_TC_FP8_STEPS_FROM_BATCH 64
 #endif
 constexpr bool tensorcore_has_fp8_steps_build(std::int32_t rows, DType kv_dtype) {
   return rows == 16 && kv_dtype == DType::fp8_e4m3;
 }
-constexpr bool tensorcore_uses_fp8_steps(std::int32_t rows, DType kv_dtype, std::int32_t batch_bucket) {
-  return HELIXMLA_TC_FP8_STEPS && tensorcore_has_fp8_steps_build(rows, kv_dtype) &&
-         batch_bucket >= HELIXMLA_TC_FP8_STEPS_FROM_BATCH;
+constexpr bool tensorcore_uses_fp8_steps(std::int32_t rows, DType kv_dtype) {
+  return HELIXMLA_TC_FP8_STEPS && tensorcore_has_fp8_steps_build(rows, kv_dtype);
 }
 // HELIXMLA_TC_FP8_STEPS as the library was built (knobs reach the
 // library's sources only, not a caller's).

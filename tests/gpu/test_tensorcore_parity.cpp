@@ -278,7 +278,8 @@ void expect_engine_matches(SyntheticBatch& host, bool wgmma, bool seesaw, bool f
   }
   validate(p);
   cuda::TensorcoreVariant variant = cuda::tensorcore_variant_of(p);
-  ASSERT_EQ(variant.rows, fp8_steps ? 16 : 64) << label_of(spec);
+  if (fp8_steps) ASSERT_EQ(variant.rows, 16) << label_of(spec);
+  if (wgmma || seesaw) ASSERT_EQ(variant.rows, 64) << label_of(spec);
   variant.wgmma = wgmma;
   variant.seesaw = seesaw;
   variant.fp8_steps = fp8_steps;
@@ -349,9 +350,25 @@ TEST(TensorcoreEngines, SeesawEngineMatchesReferenceAcrossPagesAndVerifyGroups) 
   expect_engine_matches(fp16, true, true);
 }
 
-// The fp8-steps engine runs 16-row tiles of fp8 KV in batches of
-// HELIXMLA_TC_FP8_STEPS_FROM_BATCH or more, which the small test batches
-// elsewhere are not: here it runs every page class (a page a row, a page
+// 16-row tiles of fp8 KV went to the fp8-steps engine by default in
+// session 29; their mma.sync build stays the A/B path
+// (HELIXMLA_TC_FP8_STEPS=0), so it stays verified here.
+TEST(TensorcoreEngines, MmaSyncEngineOfSixteenRowFp8TilesMatchesReference) {
+  SKIP_WITHOUT_TENSORCORE();
+  if (!Environment::detect().nvrtc) GTEST_SKIP() << "no NVRTC";
+  for (std::int32_t page : {3, 64}) {
+    for (const auto& [heads, q_len] : {std::pair{16, 1}, std::pair{8, 2}, std::pair{1, 1}}) {
+      BatchSpec spec = decode_spec(heads, q_len, page, DType::fp8_e4m3);
+      spec.kv_len = {5, 301, 1000, 64};
+      spec.generations = static_cast<std::int32_t>(spec.kv_len.size());
+      expect_engine_matches(spec, false, false, false);
+    }
+  }
+}
+
+// The fp8-steps engine runs 16-row tiles of fp8 KV, forced here (the
+// parity tests elsewhere run it too, by the catalog's choice) over every
+// page class (a page a row, a page
 // size that is not a power of two, pages under and over its 64-token
 // tile), 16 rows as heads or verify groups and fewer rows than 16 (the
 // rest padding), requests shorter than a tile, partial and odd tile

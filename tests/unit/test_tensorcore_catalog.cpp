@@ -257,11 +257,11 @@ TEST(TensorcoreCatalog, OnlySixtyFourRowTilesUseWgmma) {
 
 TEST(TensorcoreCatalog, SixteenRowTilesOfFp8KvHaveAnFp8StepsBuild) {
   // 16-row tiles of fp8 KV (16 heads; 8 x q_len 2; one head) have the
-  // fp8-steps build, precompiled and listed; the catalog chooses it in
-  // batches from HELIXMLA_TC_FP8_STEPS_FROM_BATCH on only with
-  // HELIXMLA_TC_FP8_STEPS; 16-bit KV, 32-row tiles and smaller batches keep
-  // their engines, and a hand-built variant of another shape is refused.
-  const std::int32_t big = HELIXMLA_TC_FP8_STEPS_FROM_BATCH;
+  // fp8-steps build, precompiled and listed; the catalog chooses it at
+  // every batch size unless HELIXMLA_TC_FP8_STEPS=0; 16-bit KV and 32-row
+  // tiles keep their engines, and a hand-built variant of another shape is
+  // refused.
+  const std::int32_t big = 128;
   const bool chosen = tensorcore_fp8_steps_enabled();
   TensorcoreVariant fp8 = variant(16, 1, DType::fp8_e4m3, big);
   EXPECT_EQ(fp8.rows, 16);
@@ -270,7 +270,7 @@ TEST(TensorcoreCatalog, SixteenRowTilesOfFp8KvHaveAnFp8StepsBuild) {
   EXPECT_EQ(variant(1, 1, DType::fp8_e4m3, big).fp8_steps, chosen);
   EXPECT_FALSE(variant(16, 1, DType::bf16, big).fp8_steps);
   EXPECT_FALSE(variant(32, 1, DType::fp8_e4m3, big).fp8_steps);
-  if (big > 1) EXPECT_FALSE(variant(16, 1, DType::fp8_e4m3, big / 2).fp8_steps);
+  EXPECT_EQ(variant(16, 1, DType::fp8_e4m3, 1).fp8_steps, chosen);
   fp8.fp8_steps = true;
   EXPECT_FALSE(fp8.wgmma);
   EXPECT_EQ(fp8.name(), "tc_m16_p64_bf16_fp8_fp8steps");
