@@ -49,6 +49,11 @@
 // at 16), PROMOTE=1 (O^T of a pair summed in float32: rel L2 1.9e-3, but
 // 371 / 461 us: spills).
 //
+// Session 29 (bench/RESULTS.md): at 48 heads S, P V and the copies alone
+// (ABLATE=2, no softmax) take 200 us, above the bar, and decoupled
+// warpgroups (DECOUPLE=1) take 250: the two-part steps, not the lockstep,
+// hold case 10 back.
+//
 // Simplified against the library: page size 64, full tiles, kv_len a
 // multiple of 128 x ITEMS, q_len 1, one fp8 scale of 1.
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -DHEADS=48 -DITEMS=2 swapped_fp8_native.cu -o n48
