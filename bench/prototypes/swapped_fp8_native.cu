@@ -99,6 +99,11 @@ typedef uint64_t u64;
 // three (the copies alone).
 #define ABLATE 0
 #endif
+#ifndef Q_PARTS
+// 1: S from Q's high part alone (half of S's steps; an accuracy trade the
+// library does not make, measured here to size it). Lockstep path only.
+#define Q_PARTS 2
+#endif
 #ifndef DECOUPLE
 // 48 heads: 1 lets each warpgroup raise its own maxima and multiply its own
 // tile's P^T first; the two meet once a pair, at the other tile's P^T,
@@ -262,6 +267,9 @@ __device__ __forceinline__ bool bar_or(int id, bool p) {
       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
 #define RS_ARGS "{%24,%25,%26,%27}, %28"
+#define SS1_A "24"
+#define SS1_B "25"
+#define SS1_PRED "26"
 #define RS_PRED "%29"
 #elif HEADS == 16
 #define WG_N2 "32"
@@ -273,6 +281,9 @@ __device__ __forceinline__ bool bar_or(int id, bool p) {
 #define D_TEXT "{%0,%1,%2,%3,%4,%5,%6,%7}"
 #define D_OPS(d) "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
 #define RS_ARGS "{%8,%9,%10,%11}, %12"
+#define SS1_A "8"
+#define SS1_B "9"
+#define SS1_PRED "10"
 #define RS_PRED "%13"
 #else
 #error "HEADS: 16 or 48"
@@ -282,6 +293,13 @@ __device__ __forceinline__ void mma_ss(float (&d)[2 * kAcc], u64 desc_a, u64 des
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SS2_PRED ", 0;\n"
                "wgmma.mma_async.sync.aligned.m64n" WG_N2 "k32.f32.e4m3.e4m3 " D2_TEXT ", " SS2_ARGS ", p, 1, 1;\n}\n"
                : D2_OPS(d)
+               : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+// D[64 x H] (+)= A[64 x 32] B[H x 32]^T, both from shared memory.
+__device__ __forceinline__ void mma_ss1(float (&d)[kAcc], u64 desc_a, u64 desc_b, int accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" SS1_PRED ", 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n" WG_N "k32.f32.e4m3.e4m3 " D_TEXT ", %" SS1_A ", %" SS1_B ", p, 1, 1;\n}\n"
+               : D_OPS(d)
                : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 // The same with A from registers.
@@ -613,13 +631,17 @@ __global__ void __launch_bounds__(kThreads, 1) native_fp8_decode(Params p) {
                               : desc_sw64(own_stage + kRopeOff + 32 * k);
       const u64 b = block < 4 ? desc_sw128(q_base + block * 2 * kH * 128 + 32 * k)
                               : desc_sw64(q_base + 8 * kH * 128 + 32 * k);
-      mma_ss(s_both, a, b, step > 0);
+      if constexpr (Q_PARTS == 1)
+        mma_ss1(*reinterpret_cast<float(*)[kAcc]>(s_both), a, b, step > 0);
+      else
+        mma_ss(s_both, a, b, step > 0);
     }
     wg_commit();
     wg_wait<0>();
     float s[kAcc];
 #pragma unroll
-    for (int i = 0; i < kAcc; ++i) s[i] = (s_both[i] + s_both[kAcc + i]) * f_head[2 * (i / 4) + (i & 1)];
+    for (int i = 0; i < kAcc; ++i)
+      s[i] = (Q_PARTS == 1 ? s_both[i] : s_both[i] + s_both[kAcc + i]) * f_head[2 * (i / 4) + (i & 1)];
     if (ABLATE == 2 || ABLATE == 3) {
       // S's results are otherwise dead there, and ptxas drops their steps.
 #pragma unroll
