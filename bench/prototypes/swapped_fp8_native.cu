@@ -51,8 +51,10 @@
 //
 // Session 29 (bench/RESULTS.md): at 48 heads S, P V and the copies alone
 // (ABLATE=2, no softmax) take 200 us, above the bar, and decoupled
-// warpgroups (DECOUPLE=1) take 250: the two-part steps, not the lockstep,
-// hold case 10 back.
+// warpgroups (each raising its own maxima and multiplying its own P^T
+// first; 0beecda, not kept) took 250: the two-part steps, not the
+// lockstep, hold case 10 back. Q in one part (Q_PARTS=1): 230 us at ten
+// times the error.
 //
 // Simplified against the library: page size 64, full tiles, kv_len a
 // multiple of 128 x ITEMS, q_len 1, one fp8 scale of 1.
@@ -101,14 +103,8 @@ typedef uint64_t u64;
 #endif
 #ifndef Q_PARTS
 // 1: S from Q's high part alone (half of S's steps; an accuracy trade the
-// library does not make, measured here to size it). Lockstep path only.
+// library does not make, measured here to size it).
 #define Q_PARTS 2
-#endif
-#ifndef DECOUPLE
-// 48 heads: 1 lets each warpgroup raise its own maxima and multiply its own
-// tile's P^T first; the two meet once a pair, at the other tile's P^T,
-// and again only when one raised (then the other rewrites its P^T).
-#define DECOUPLE 0
 #endif
 #ifndef PROMOTE
 #define PROMOTE 0  // 1: O^T of each pair summed in a fresh accumulator, then added in float32
@@ -143,15 +139,9 @@ constexpr int kBarOff = kScaleOff + kH * 4;
 constexpr int kScratchOff = kBarOff + kStages * 8;       // [8 warps][H] floats
 constexpr int kPagesOff = kScratchOff + 8 * kH * 4;      // the item's page ids
 constexpr int kMaxTiles = 256;
-constexpr int kRefOff = kPagesOff + kMaxTiles * 4;  // [pair parity, warpgroup][H]: maxima after a raise
-constexpr int kFlagOff = kRefOff + 4 * kH * 4;      // [pair parity, warpgroup]: raised
-constexpr int kSmemBytes = kFlagOff + 16 + 1024;
-constexpr bool kDecouple = DECOUPLE && !kOwnTiles;
+constexpr int kSmemBytes = kPagesOff + kMaxTiles * 4 + 1024;
 constexpr int kThreads = 256;
-#ifndef SLACK
-#define SLACK 8.0f  // a smaller one raises the maxima often: a test of the raise protocol
-#endif
-constexpr float kSlack = SLACK;  // log2 units: P <= 256, inside e4m3's 448
+constexpr float kSlack = 8.0f;  // log2 units: P <= 256, inside e4m3's 448
 static_assert(kH % 16 == 0 && kH <= 64, "heads: a multiple of 16 up to 64");
 static_assert(kQBytes % 1024 == 0 && kTileBytes % 1024 == 0, "swizzle atoms stay aligned");
 
@@ -214,21 +204,6 @@ __device__ __forceinline__ void wg_wait() {
 __device__ __forceinline__ void bar_sync(int id) {
   const int wg = kOwnTiles ? threadIdx.x >> 7 : 0;
   asm volatile("bar.sync %0, %1;\n" ::"r"(id + 4 * wg), "n"(kGroupThreads) : "memory");
-}
-__device__ __forceinline__ void bar_sync_n(int id, int count) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
-}
-__device__ __forceinline__ void bar_arrive_n(int id, int count) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
-}
-__device__ __forceinline__ bool bar_or_n(int id, int count, bool p) {
-  u32 r;
-  asm volatile(
-      "{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.or.pred q, %2, %3, p;\nselp.u32 %0, 1, 0, q;\n}\n"
-      : "=r"(r)
-      : "r"(static_cast<u32>(p)), "r"(id), "r"(count)
-      : "memory");
-  return r != 0;
 }
 __device__ __forceinline__ bool bar_or(int id, bool p) {
   const int wg = kOwnTiles ? threadIdx.x >> 7 : 0;
@@ -433,184 +408,6 @@ __global__ void __launch_bounds__(kThreads, 1) native_fp8_decode(Params p) {
   // P^T: rows g and g + 8 of this warp's S^T are positions x0 and x0 + 1.
   const int x0 = 32 * (warp >> 1) + 16 * (warp & 1) + 4 * (g >> 1) + 2 * (g & 1);
 
-  const int pairs = tiles / 2;
-  if constexpr (kDecouple) {
-    int* flags = reinterpret_cast<int*>(smem + kFlagOff);
-    float* refs = reinterpret_cast<float*>(smem + kRefOff);
-    auto touch_o = [&] {
-#pragma unroll
-      for (int m = 0; m < 2 * kPvBlocks; ++m)
-#pragma unroll
-        for (int i = 0; i < kAcc; ++i) asm volatile("" : "+f"(o[m][i])::"memory");
-    };
-    auto compute_s = [&](u32 stage, float (&sc)[kAcc]) {
-      float s_both[2 * kAcc];
-      wg_fence();
-#pragma unroll
-      for (int step = 0; step < 18; ++step) {
-        const int block = step / 4, k = step % 4;
-        const u64 a = block < 4 ? desc_sw128(stage + block * kBlockBytes + 32 * k)
-                                : desc_sw64(stage + kRopeOff + 32 * k);
-        const u64 b = block < 4 ? desc_sw128(q_base + block * 2 * kH * 128 + 32 * k)
-                                : desc_sw64(q_base + 8 * kH * 128 + 32 * k);
-        mma_ss(s_both, a, b, step > 0);
-      }
-      wg_commit();
-      wg_wait<0>();
-      touch_o();
-#pragma unroll
-      for (int i = 0; i < kAcc; ++i) sc[i] = (s_both[i] + s_both[kAcc + i]) * f_head[2 * (i / 4) + (i & 1)];
-    };
-    auto write_p = [&](const float (&sc)[kAcc], u32 p_buf, bool add_l) {
-#pragma unroll
-      for (int j = 0; j < kJ; ++j)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float a = exp2f(sc[4 * j + e] - m_ref[2 * j + e]);
-          const float b = exp2f(sc[4 * j + 2 + e] - m_ref[2 * j + e]);
-          if (add_l) l_run[2 * j + e] += a + b;
-          const uint16_t hi = to_e4m3x2(a, b);
-          const float2 back = from_e4m3x2(hi);
-          const uint16_t lo = to_e4m3x2(a - back.x, b - back.y);
-          const int head = 8 * j + 2 * c4 + e;
-          asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(p_buf + sw128(head, x0)), "h"(hi) : "memory");
-          asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(p_buf + sw128(head, 64 + x0)), "h"(lo) : "memory");
-        }
-      fence_async();
-    };
-    // O, l and the reference of head slot i brought to a larger maximum.
-    auto raise_to = [&](int i, float mx) -> float {
-      const float f = m_ref[i] == -INFINITY ? 0.0f : exp2f(m_ref[i] - mx);
-      m_ref[i] = mx;
-      l_run[i] *= f;
-#pragma unroll
-      for (int m = 0; m < 2 * kPvBlocks; ++m) {
-        o[m][4 * (i / 2) + (i % 2)] *= f;
-        o[m][4 * (i / 2) + 2 + (i % 2)] *= f;
-      }
-      return f;
-    };
-    auto pv_tile = [&](int pair, int tp) {
-      const u32 stage = base + kKvOff + ((2 * pair + tp) % kStages) * kTileBytes;
-      const u32 p_tile = base + kPOff + ((pair & 1) * 2 + tp) * kPBytes;
-#pragma unroll
-      for (int kk = 0; kk < 2; ++kk) {
-        u32 f[kPvBlocks][2][4];
-#pragma unroll
-        for (int q = 0; q < kPvBlocks; ++q) {
-          const u32 row0 = stage + (2 * wg + q) * kBlockBytes + 32 * kk * 128;
-          u32 w[8];
-          constexpr int kRow[8] = {0, 8, 0, 8, 16, 24, 16, 24};
-#pragma unroll
-          for (int i = 0; i < 8; ++i) {
-            const int odd = (i >> 1) & 1;
-            asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(w[i]) : "r"(row0 + kRow[i] * 128 + v_off[odd]));
-          }
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const u32 x01 = prmt(w[4 * h], w[4 * h + 1], 0x5140), x23 = prmt(w[4 * h + 2], w[4 * h + 3], 0x5140);
-            const u32 y01 = prmt(w[4 * h], w[4 * h + 1], 0x7362), y23 = prmt(w[4 * h + 2], w[4 * h + 3], 0x7362);
-            f[q][0][2 * h] = prmt(x01, x23, 0x5410);
-            f[q][0][2 * h + 1] = prmt(x01, x23, 0x7632);
-            f[q][1][2 * h] = prmt(y01, y23, 0x5410);
-            f[q][1][2 * h + 1] = prmt(y01, y23, 0x7632);
-          }
-        }
-        wg_fence();
-#pragma unroll
-        for (int q = 0; q < kPvBlocks; ++q)
-#pragma unroll
-          for (int b = 0; b < 2; ++b)
-#pragma unroll
-            for (int part = 0; part < 2; ++part) mma_rs(o[2 * q + b], f[q][b], desc_sw128(p_tile + 64 * part + 32 * kk), 1);
-        wg_commit();
-      }
-    };
-    for (int pair = 0; pair < pairs; ++pair) {
-      const int next0 = 2 * pair + 4 < tiles ? pages[2 * pair + 4] : 0;
-      const int next1 = 2 * pair + 5 < tiles ? pages[2 * pair + 5] : 0;
-      const int own = 2 * pair + wg, other = own ^ 1;
-      const u32 own_stage = base + kKvOff + (own % kStages) * kTileBytes;
-      mbar_wait(bar0 + 8 * (own % kStages), (own / kStages) & 1);
-      fence_async();
-      float s[kAcc];
-      compute_s(own_stage, s);
-      bool over = false;
-#pragma unroll
-      for (int j = 0; j < kJ; ++j)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) over |= fmaxf(s[4 * j + e], s[4 * j + 2 + e]) > m_ref[2 * j + e] + kSlack;
-      const int slot = (pair & 1) * 2 + wg, other_slot = slot ^ 1;
-      // Each warpgroup decides alone whether its tile raises its maxima.
-      const bool raised = bar_or_n(4 + wg, 128, over);
-      if (raised) {
-#pragma unroll
-        for (int j = 0; j < kJ; ++j)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            float mx = fmaxf(s[4 * j + e], s[4 * j + 2 + e]);
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
-            if (g == 0) scratch[(wg * 4 + warp) * kH + 8 * j + 2 * c4 + e] = mx;
-          }
-        bar_sync_n(6 + wg, 128);
-#pragma unroll
-        for (int i = 0; i < 2 * kJ; ++i) {
-          const int head = 8 * (i / 2) + 2 * c4 + (i % 2);
-          float mx = m_ref[i];
-          for (int w = 4 * wg; w < 4 * wg + 4; ++w) mx = fmaxf(mx, scratch[w * kH + head]);
-          raise_to(i, mx);
-          if (warp == 0 && g == 0) refs[slot * kH + head] = mx;
-        }
-        bar_sync_n(6 + wg, 128);
-      }
-      if (t == 0) flags[slot] = raised;
-      const u32 p_own = base + kPOff + slot * kPBytes;
-      write_p(s, p_own, true);
-      bar_arrive_n(10 + 2 * (pair & 1) + wg, 256);  // this tile's P^T (and flag) to the other warpgroup
-      pv_tile(pair, wg);
-      bar_sync_n(10 + 2 * (pair & 1) + (wg ^ 1), 256);
-      mbar_wait(bar0 + 8 * (other % kStages), (other / kStages) & 1);
-      const bool other_raised = flags[other_slot] != 0;
-      if (raised || other_raised) {
-        // Rare: bring both to the larger maxima; the one that did not
-        // raise to them rewrites its P^T, which the other has not read.
-        if (other_raised) {
-          wg_wait<0>();  // its own P V read P^T and writes O
-          touch_o();
-#pragma unroll
-          for (int i = 0; i < 2 * kJ; ++i) {
-            const float mo = refs[other_slot * kH + 8 * (i / 2) + 2 * c4 + (i % 2)];
-            if (mo <= m_ref[i]) continue;
-            const float f = raise_to(i, mo);
-            const int head = 8 * (i / 2) + 2 * c4 + (i % 2);
-            // This thread's two positions of the head's P^T, scaled and
-            // split again (e4m3 parts of a rescaled value: ~2^-8 more error,
-            // in this rare step only).
-            uint16_t hi, lo;
-            asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(hi) : "r"(p_own + sw128(head, x0)) : "memory");
-            asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(lo) : "r"(p_own + sw128(head, 64 + x0)) : "memory");
-            const float2 h2 = from_e4m3x2(hi), l2 = from_e4m3x2(lo);
-            const float a = (h2.x + l2.x) * f, b = (h2.y + l2.y) * f;
-            hi = to_e4m3x2(a, b);
-            const float2 back = from_e4m3x2(hi);
-            lo = to_e4m3x2(a - back.x, b - back.y);
-            asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(p_own + sw128(head, x0)), "h"(hi) : "memory");
-            asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(p_own + sw128(head, 64 + x0)), "h"(lo) : "memory");
-          }
-          fence_async();
-        }
-        bar_sync_n(3, 256);
-      }
-      pv_tile(pair, wg ^ 1);
-      wg_wait<0>();
-      touch_o();
-      asm volatile("bar.sync %0, 128;\n" ::"r"(8 + wg) : "memory");
-      if (2 * pair + 4 < tiles) load_tile(2 * pair + 4, next0);
-      if (2 * pair + 5 < tiles) load_tile(2 * pair + 5, next1);
-    }
-  } else {
   float s_sink = 0.0f;
   const int pairs = tiles / 2;
   for (int pair = 0; pair < pairs; ++pair) {
@@ -778,7 +575,6 @@ __global__ void __launch_bounds__(kThreads, 1) native_fp8_decode(Params p) {
     if (2 * pair + 5 < tiles && (!kOwnTiles || wg == 1)) load_tile(2 * pair + 5, next1);
   }
   if ((ABLATE == 2 || ABLATE == 3) && s_sink == 1.5e-30f) p.lse2[0] = s_sink;
-  }
 
 #pragma unroll
   for (int i = 0; i < 2 * kJ; ++i) {
