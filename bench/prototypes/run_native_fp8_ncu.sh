@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # ncu of bench/prototypes/swapped_fp8_native.cu at 48 heads (case 10's
-# shape): lockstep (DECOUPLE=0), decoupled (DECOUPLE=1) and the build
-# without softmax or coupling (ABLATE=2): pipe utilisation, issue, and the
-# SASS lines with the most stall samples (session 29).
+# shape): the full build and the one without softmax or coupling
+# (ABLATE=2): pipe utilisation, issue, and the SASS lines with the most
+# stall samples (session 29, when it also profiled 0beecda's decoupled
+# build).
 set -u
 cd "$(dirname "$0")"
 out=${OUT:-/tmp}
-for cfg in "d0 -DDECOUPLE=0" "d1 -DDECOUPLE=1" "a2 -DABLATE=2"; do
+for cfg in "d0 -DABLATE=0" "a2 -DABLATE=2"; do
   set -- $cfg
   nvcc -std=c++17 -O3 -lineinfo -gencode=arch=compute_90a,code=sm_90a -DHEADS=48 -DITEMS=2 $2 \
     swapped_fp8_native.cu -o "$out/native_48_$1" &
 done
 wait
-for b in d0 d1 a2; do
+for b in d0 a2; do
   ncu --kernel-name native_fp8_decode --launch-skip 1 --launch-count 1 --section SpeedOfLight \
     --section ComputeWorkloadAnalysis --section WarpStateStats --section InstructionStats --section SourceCounters \
     --metrics sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active,l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed \
@@ -24,8 +25,3 @@ for b in d0 d1 a2; do
   grep -E "Duration|gmma|Issue Slots Busy|Executed Ipc Active|SM Busy|Memory Throughput|lsu|mem_shared|Warp Cycles Per Issued|No Eligible|Compute \(SM\) Throughput" "$out/ncu-$b.txt" | head -20
 done
 rm -f "$out"/native_48_* "$out"/*-sass.csv
-# Where racecheck saw the decoupled build's hazards when maxima are raised often.
-nvcc -std=c++17 -O3 -lineinfo -gencode=arch=compute_90a,code=sm_90a -DHEADS=48 -DITEMS=2 -DDECOUPLE=1 -DSLACK=0.25f \
-  swapped_fp8_native.cu -o "$out/native_48_race"
-compute-sanitizer --tool racecheck --show-backtrace no "$out/native_48_race" 2 1024 1 2>&1 | grep -vE "^=========\s*$" | head -40
-rm -f "$out/native_48_race"
