@@ -16,12 +16,12 @@ wait
 for b in d0 a2; do
   ncu --kernel-name native_fp8_decode --launch-skip 1 --launch-count 1 --section SpeedOfLight \
     --section ComputeWorkloadAnalysis --section WarpStateStats --section InstructionStats --section SourceCounters \
-    --metrics sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active,l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed \
+    --metrics sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active,l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed \
     -o "$out/ncu-$b" -f "$out/native_48_$b" 64 16384 3 >"$out/ncu-$b.log" 2>&1
   ncu --import "$out/ncu-$b.ncu-rep" --page details >"$out/ncu-$b.txt" 2>&1
   ncu --import "$out/ncu-$b.ncu-rep" --page source --print-source sass --csv >"$out/ncu-$b-sass.csv" 2>&1
   python3 ../../scripts/ncu_top_stalls.py "$out/ncu-$b-sass.csv" 25 >"$out/ncu-$b-stalls.txt" 2>&1
   echo "== $b"
-  grep -E "Duration|gmma|Issue Slots Busy|Executed Ipc Active|SM Busy|Memory Throughput|lsu|mem_shared|Warp Cycles Per Issued|No Eligible|Compute \(SM\) Throughput" "$out/ncu-$b.txt" | head -20
+  grep -E "highest-utilized|Duration|Issue Slots Busy|Executed Ipc Active|SM Busy|Memory Throughput|lsu|mem_shared|Warp Cycles Per Issued|No Eligible|Compute \(SM\) Throughput" "$out/ncu-$b.txt" | head -20
 done
 rm -f "$out"/native_48_* "$out"/*-sass.csv
