@@ -57,8 +57,8 @@ constexpr bool tensorcore_uses_seesaw(std::int32_t rows, DType kv_dtype, std::in
 // with S summed in float32 chunks, a long tail under a dominant token with
 // P's high part in e5m2) pass, sanitizers clean (session 29). It was
 // also faster at every batch size measured, one request (split over the
-// SMs) to 128 (bench/fp8-steps-batch-probe.csv: 16-18% at 1-16 requests),
-// so the catalog chooses it for every such tile; HELIXMLA_TC_FP8_STEPS=0
+// SMs) to 128 (bench/fp8-steps-batch-probe.csv: 12-23%), so the catalog
+// chooses it for every such tile; HELIXMLA_TC_FP8_STEPS=0
 // keeps the mma.sync engine for an A/B.
 #ifndef HELIXMLA_TC_FP8_STEPS
 #define HELIXMLA_TC_FP8_STEPS 1
