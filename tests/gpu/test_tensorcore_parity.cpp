@@ -366,14 +366,14 @@ TEST(TensorcoreEngines, MmaSyncEngineOfSixteenRowFp8TilesMatchesReference) {
   }
 }
 
-// The fp8-steps engine runs 16-row tiles of fp8 KV, forced here (the
-// parity tests elsewhere run it too, by the catalog's choice) over every
-// page class (a page a row, a page size that is not a power of two, pages
-// under and over its 64-token tile), 16 rows as heads or verify groups and fewer rows than 16 (the
-// rest padding), requests shorter than a tile, partial and odd tile
-// counts (one warpgroup's tiles only), items split over long requests,
-// Helix per-token bounds with tokens that see nothing, fp16 Q, and
-// statistics.
+// The fp8-steps engine runs 16-row tiles of fp8 KV, forced here (the parity
+// tests elsewhere run it too, by the catalog's choice) over every page
+// class (a page a row, a page size that is not a power of two, pages under
+// and over its 64-token tile), 16 rows as heads or verify groups and fewer
+// rows than 16 (the rest padding), requests shorter than a tile, partial
+// and odd tile counts (one warpgroup's tiles only), items split over long
+// requests, Helix per-token bounds with tokens that see nothing, fp16 Q,
+// and statistics.
 TEST(TensorcoreEngines, Fp8StepsEngineMatchesReferenceAcrossPagesAndVerifyGroups) {
   SKIP_WITHOUT_TENSORCORE();
   if (!Environment::detect().nvrtc) GTEST_SKIP() << "no NVRTC";
