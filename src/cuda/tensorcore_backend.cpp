@@ -62,10 +62,18 @@ class TensorcoreCatalog final : public KernelCatalog {
     const auto builds = [](DType q, DType kv) {
       std::vector<TensorcoreVariant> all;
       for (std::int32_t rows : kTensorcoreRowTiles) {
-        all.push_back({rows, 0, q, kv, tensorcore_uses_wgmma(rows), false});
-        if (tensorcore_has_seesaw_build(rows, kv)) all.push_back({rows, 0, q, kv, true, false, true});
-        if (tensorcore_has_two_block_build(rows, kv)) all.push_back({rows, 0, q, kv, false, true});
-        if (tensorcore_has_fp8_steps_build(rows, kv)) all.push_back({rows, 0, q, kv, false, false, false, true});
+        const TensorcoreVariant plain{.rows = rows, .page_size = 0, .q_dtype = q, .kv_dtype = kv,
+                                      .wgmma = tensorcore_uses_wgmma(rows)};
+        all.push_back(plain);
+        // The other builds of the tile differ from its plain one in one flag.
+        const auto with = [&](bool TensorcoreVariant::*build) {
+          TensorcoreVariant v = plain;
+          v.*build = true;
+          all.push_back(v);
+        };
+        if (tensorcore_has_seesaw_build(rows, kv)) with(&TensorcoreVariant::seesaw);
+        if (tensorcore_has_two_block_build(rows, kv)) with(&TensorcoreVariant::two_blocks);
+        if (tensorcore_has_fp8_steps_build(rows, kv)) with(&TensorcoreVariant::fp8_steps);
       }
       return all;
     };
