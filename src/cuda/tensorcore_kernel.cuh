@@ -2376,13 +2376,26 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p, const KvTens
 // lanes consecutive 16-byte chunks (two threads a row cost four times the
 // shared-memory wavefronts: one per row's line).
 
-// Byte c of row r in a 128-byte-swizzled block, and in a 64-byte-swizzled one.
-__device__ __forceinline__ int swizzle128(int r, int c) { return r * 128 + ((((c >> 4) ^ r) & 7) << 4) + (c & 15); }
+// Byte c of row r in a 128-byte-swizzled block (swizzled's chunk c / 16 of
+// one block), and in a 64-byte-swizzled one.
+__device__ __forceinline__ int swizzle128(int r, int c) { return swizzled(1, r, c >> 4) + (c & 15); }
 __device__ __forceinline__ int swizzle64(int r, int c) { return r * 64 + ((((c >> 4) ^ (r >> 1)) & 3) << 4) + (c & 15); }
 // K-major descriptors of this engine's operands: 8-row strides of 1024
 // bytes (128-byte swizzle) and 512 (64-byte swizzle, the rope blocks).
 __device__ __forceinline__ u64 smem_desc_sw128(u32 addr) { return smem_desc_at<1>(addr, 16, 1024); }
 __device__ __forceinline__ u64 smem_desc_sw64(u32 addr) { return smem_desc_at<2>(addr, 16, 512); }
+// A packed pair of ELEM to floats, the low half first.
+template <int ELEM>
+__device__ __forceinline__ void unpack2(u32 x, float& lo, float& hi) {
+  if constexpr (ELEM == kElemBf16) {
+    lo = __int_as_float(static_cast<int>(x << 16));
+    hi = __int_as_float(static_cast<int>(x & 0xFFFF0000u));
+  } else {
+    asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.f32.f16 %0, l;\n cvt.f32.f16 %1, h;\n}\n"
+        : "=f"(lo), "=f"(hi)
+        : "r"(x));
+  }
+}
 // Two floats to fp8 bytes (e5m2 or e4m3), `lo` in the low byte, and back.
 template <bool E5M2>
 __device__ __forceinline__ u16 to_fp8x2(float lo, float hi) {
@@ -2402,21 +2415,7 @@ __device__ __forceinline__ void from_fp8x2(u16 x, float& lo, float& hi) {
   } else {
     asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h2) : "h"(x));
   }
-  asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.f32.f16 %0, l;\n cvt.f32.f16 %1, h;\n}\n"
-      : "=f"(lo), "=f"(hi)
-      : "r"(h2));
-}
-// A packed pair of ELEM to floats, the low half first.
-template <int ELEM>
-__device__ __forceinline__ void unpack2(u32 x, float& lo, float& hi) {
-  if constexpr (ELEM == kElemBf16) {
-    lo = __int_as_float(static_cast<int>(x << 16));
-    hi = __int_as_float(static_cast<int>(x & 0xFFFF0000u));
-  } else {
-    asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.f32.f16 %0, l;\n cvt.f32.f16 %1, h;\n}\n"
-        : "=f"(lo), "=f"(hi)
-        : "r"(x));
-  }
+  unpack2<kElemFp16>(h2, lo, hi);
 }
 // S^T: D[64 x 48] (+)= A[64 x 32] B[48 x 32]^T, e4m3, both in shared memory.
 __device__ __forceinline__ void wgmma_m64n48k32_e4m3_ss(float (&d)[24], u64 desc_a, u64 desc_b, int accumulate) {
