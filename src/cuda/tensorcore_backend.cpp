@@ -75,6 +75,11 @@ class TensorcoreCatalog final : public KernelCatalog {
         if (tensorcore_has_two_block_build(rows, kv)) with(&TensorcoreVariant::two_blocks);
         if (tensorcore_has_fp8_steps_build(rows, kv)) with(&TensorcoreVariant::fp8_steps);
       }
+      // The 48-row tile exists on the fp8-steps engine alone.
+      if (tensorcore_has_fp8_steps_build(kTensorcoreFp8StepsWideRows, kv)) {
+        all.push_back({.rows = kTensorcoreFp8StepsWideRows, .page_size = 0, .q_dtype = q, .kv_dtype = kv,
+                       .fp8_steps = true});
+      }
       return all;
     };
     std::vector<KernelVariant> list;

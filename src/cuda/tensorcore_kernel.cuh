@@ -143,7 +143,8 @@ enum ElemKind { kElemBf16 = 0, kElemFp16 = 1 };
 enum KvKind { kKvSameAsQ = 0, kKvFp8 = 1 };
 // kEngineSeesaw: wgmma in FlashMLA's layout (decode_tile_seesaw below),
 // 64-row tiles of 16-bit KV. kEngineFp8Steps: wgmma with e4m3 operands,
-// tokens as M (decode_tile_fp8_steps below), 16-row tiles of fp8 KV.
+// tokens as M, 16-row tiles of fp8 KV (decode_tile_fp8_steps below) and
+// 48-row ones (decode_tile_fp8_steps_split_latents).
 enum EngineKind { kEngineMmaSync = 0, kEngineWgmma = 1, kEngineSeesaw = 2, kEngineFp8Steps = 3 };
 
 constexpr int kThreads = 256;  // the matrix warpgroups' threads (every thread but a producer's)
@@ -258,6 +259,33 @@ struct Fp8StepsLayout {
   static_assert(kSmemBytes <= 227 * 1024, "one block's shared memory on sm_90");
 };
 
+// The same engine's map for 48-row tiles (decode_tile_fp8_steps_split_latents):
+// Q in two parts, four stages that both warpgroups fill, and P^T per
+// (tile pair's parity, warpgroup).
+struct Fp8StepsSplitLatentsLayout {
+  static constexpr int kTileTokens = 64;
+  static constexpr int kRows = 48;
+  static constexpr int kStages = 4;  // tile t in stage t % 4
+  static constexpr int kBlockBytes = kTileTokens * 128;
+  static constexpr int kRopeOffset = 4 * kBlockBytes;
+  static constexpr int kTileBytes = kRopeOffset + kTileTokens * 64;
+  // Q': rows [0, 48) high parts, [48, 96) low, in the tile's blocks.
+  static constexpr int kQParts = 2;
+  static constexpr int kQBlockBytes = kQParts * kRows * 128;
+  static constexpr int kQBytes = 4 * kQBlockBytes + kQParts * kRows * 64;
+  static constexpr int kPBytes = kRows * 128;  // 48 rows of [64 high | 64 low] positions
+  static constexpr int kQOffset = 0;
+  static constexpr int kKvOffset = kQBytes;
+  static constexpr int kPOffset = kKvOffset + kStages * kTileBytes;
+  static constexpr int kBarrierOffset = kPOffset + 4 * kPBytes;
+  static constexpr int kRowInfoOffset = kBarrierOffset + kStages * 8;
+  // Per row: S's factor and KV bound; then [8 warps][48] floats of scratch.
+  static constexpr int kRowInfoBytes = (2 + 8) * kRows * 4;
+  static constexpr int kSmemBytes = kRowInfoOffset + kRowInfoBytes + 1024;  // + the 1024-byte alignment
+  static_assert(kQBytes % 1024 == 0 && kTileBytes % 1024 == 0 && kPBytes % 1024 == 0, "swizzle atoms stay aligned");
+  static_assert(kSmemBytes <= 227 * 1024, "one block's shared memory on sm_90");
+};
+
 // Per-(M, KV kind, engine, build) tuning and the shared-memory map. Offsets up to
 // the scratch buffers are multiples of 1024 bytes (the 128-byte swizzle
 // period); the wgmma engine also aligns the base to 1024 itself.
@@ -282,9 +310,11 @@ struct Config {
   // Config describes the other engines.
   static constexpr bool kSeesaw = ENGINE == kEngineSeesaw;
   static_assert(!kSeesaw || (M == 64 && KV == kKvSameAsQ && BLOCKS == 0), "the seesaw engine runs 64-row 16-bit KV");
-  // The fp8-steps engine keeps its own map too (Fp8StepsLayout, below).
+  // The fp8-steps engine keeps its own maps too (Fp8StepsLayout and
+  // Fp8StepsSplitLatentsLayout, below).
   static constexpr bool kFp8Steps = ENGINE == kEngineFp8Steps;
-  static_assert(!kFp8Steps || (M == 16 && KV == kKvFp8 && BLOCKS == 0), "the fp8-steps engine runs 16-row fp8 KV");
+  static_assert(!kFp8Steps || ((M == 16 || M == 48) && KV == kKvFp8 && BLOCKS == 0),
+                "the fp8-steps engine runs 16- and 48-row fp8 KV");
   // fp8 KV on wgmma: a third warpgroup, the producer, after the matrix
   // threads. It issues the KV copies and widens each tile into the 16-bit
   // tiles the matrix steps read, handing them over through named barriers,
@@ -366,7 +396,8 @@ struct Config {
   // then mma.sync's rescale-tile word (16 bytes keep the alignment).
   static constexpr int kRowInfoBytes = 5 * M * 4 + 16;
   static constexpr int kSmemBytes = kSeesaw     ? SeesawLayout::kSmemBytes
-                                    : kFp8Steps ? Fp8StepsLayout::kSmemBytes
+                                    : kFp8Steps ? (M == 16 ? Fp8StepsLayout::kSmemBytes
+                                                           : Fp8StepsSplitLatentsLayout::kSmemBytes)
                                                 : kRowInfoOffset + kRowInfoBytes + (kWgmma ? 1024 : 0);
   // wgmma: Q's register columns pass once through shared memory (16-byte
   // copies with the rest of Q, then ldmatrix into the A layout), in a region
@@ -2447,15 +2478,57 @@ __device__ __forceinline__ void wgmma_m64n16k32_fp8_rs(float (&d)[8], const u32 
   }
 #undef HMLA_TC_M64N16K32_RS
 }
-// A warpgroup's own barrier (ids kFp8StepsBarrier0 + warpgroup), and the
-// same with an OR of a predicate over its threads.
+// S^T of 48 rows with Q's two parts side by side in N: D[64 x 96] (+)=
+// A[64 x 32] B[96 x 32]^T, e4m3, both in shared memory.
+__device__ __forceinline__ void wgmma_m64n96k32_e4m3_ss(float (&d)[48], u64 desc_a, u64 desc_b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n96k32.f32.e4m3.e4m3 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47}, "
+      "%48, %49, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
+        "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
+        "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
+        "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+        "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
+        "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+// P V of 48 rows: D[64 x 48] += A[64 x 32] (registers, e4m3) B[48 x 32]^T
+// (shared memory, e5m2 for P's high part, else e4m3).
+template <bool B_E5M2>
+__device__ __forceinline__ void wgmma_m64n48k32_fp8_rs(float (&d)[24], const u32 (&a)[4], u64 desc_b) {
+#define HMLA_TC_M64N48K32_RS(BTYPE)                                                 \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                           \
+               "wgmma.mma_async.sync.aligned.m64n48k32.f32.e4m3." BTYPE " "         \
+               "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23}, " \
+               "{%24,%25,%26,%27}, %28, p, 1, 1;\n}\n"                             \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+                 "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), \
+                 "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), \
+                 "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]) \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b))
+  if constexpr (B_E5M2) {
+    HMLA_TC_M64N48K32_RS("e5m2");
+  } else {
+    HMLA_TC_M64N48K32_RS("e4m3");
+  }
+#undef HMLA_TC_M64N48K32_RS
+}
+// A warpgroup's own barrier (ids kFp8StepsBarrier0 + warpgroup). The
+// 48-row build's block meets at kFp8StepsBlockBarrier, and its warpgroups
+// at their own above it.
 constexpr int kFp8StepsBarrier0 = 1;
-__device__ __forceinline__ bool warpgroup_any(int id, bool p) {
+constexpr int kFp8StepsBlockBarrier = 1;
+// Named barrier `id` of THREADS threads with an OR of a predicate over them.
+template <int THREADS>
+__device__ __forceinline__ bool barrier_any(int id, bool p) {
   u32 r;
   asm volatile(
-      "{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.or.pred q, %2, 128, p;\nselp.u32 %0, 1, 0, q;\n}\n"
+      "{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.or.pred q, %2, %3, p;\nselp.u32 %0, 1, 0, q;\n}\n"
       : "=r"(r)
-      : "r"(static_cast<u32>(p)), "r"(id)
+      : "r"(static_cast<u32>(p)), "r"(id), "n"(THREADS)
       : "memory");
   return r != 0;
 }
@@ -2660,7 +2733,7 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
       m_top[col] = fmaxf(m_top[col], s[i]);
       over |= passes_reference(m_ref[col], s[i]);
     }
-    if (warpgroup_any(own_barrier, over)) {
+    if (barrier_any<128>(own_barrier, over)) {
       // The warpgroup's maxima per row: lanes, then its four warps.
 #pragma unroll
       for (int col = 0; col < 4; ++col) {
@@ -2865,6 +2938,377 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
   }
 }
 
+// 48-row tiles of fp8 KV (33-48 rows: suite case 10's 48 heads) on fp8
+// matrix steps, tokens as M and rows as N as in decode_tile_fp8_steps, but
+// O^T of 48 rows over all 512 latents would take 192 registers a thread,
+// so the warpgroups split the latents instead of the tiles (the prototype
+// bench/prototypes/swapped_fp8_native.cu, session 28: case 10's shape in
+// 255 us against 358 on the producer build). Tiles go in pairs: warpgroup
+// w computes S^T of tile 2 i + w and writes its P^T; the block agrees on
+// one reference maximum per row; then each warpgroup multiplies both
+// tiles' P^T into O^T of its 256 latents. Each warpgroup copies the
+// columns its P V reads into every stage (warpgroup 0 also the rope), so
+// a stage's mbarrier counts the whole block.
+//
+// Accuracy as in the 16-row engine: Q' = Q q_scale with q_scale a power of
+// two, here in two e4m3 parts (bf16's 8 significant bits exactly, fp16's
+// 11 to 8), S summed in float32 over chunks of three steps, P^T's high
+// part in e5m2 and the rest in e4m3. A row's S factor and KV bound stay
+// in shared memory (12 rows a thread: registers hold O^T, S and the
+// row's maxima and l); tiles before the first bound skip the masking.
+template <int PAGE, int ELEM>
+__device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params& p) {
+  typedef Fp8StepsSplitLatentsLayout L;
+  constexpr int T = L::kTileTokens;
+  constexpr int R = L::kRows;
+  constexpr int kCols = R / 4;   // this thread's rows n = 8 (c / 2) + 2 c4 + (c & 1), c < kCols
+  constexpr int kAcc = R / 2;    // registers of an m64n48 accumulator
+  constexpr int kChunkSteps = 3;
+  constexpr int kSteps = kHeadDim / 32;
+  static_assert(kSteps % kChunkSteps == 0, "S's chunks cover its steps");
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  const u32 base = smem_addr(smem);
+  const u32 bar0 = base + L::kBarrierOffset;
+  float* factor_s = reinterpret_cast<float*>(smem + L::kRowInfoOffset);
+  int* bound_s = reinterpret_cast<int*>(factor_s + R);
+  float* scratch_s = reinterpret_cast<float*>(bound_s + R);  // [8 warps][R]
+
+  const WorkItem w = p.items[blockIdx.x];
+  const int tid = threadIdx.x;
+  const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
+  const int t = tid & 127, warp = t >> 5, lane = tid & 31, g = lane >> 2, c4 = lane & 3;
+  const int block_warp = tid >> 5;
+  const int own_barrier = kFp8StepsBlockBarrier + 1 + wg;
+  const int rows_total = w.q_len * p.heads;
+  const long long row0 = static_cast<long long>(w.token_offset) * p.heads + w.row_begin;
+  // Whole pairs: an odd count's last tile has a partner past the range,
+  // copied as zeros and masked, so the loop never branches between the
+  // pair's matrix steps (a branch there made ptxas serialise every wgmma).
+  const int n_tiles = w.kv_end > w.kv_begin ? 2 * ((w.kv_end - w.kv_begin + 2 * T - 1) / (2 * T)) : 0;
+  const int* page_row = p.page_table + static_cast<long long>(w.request) * p.page_table_stride;
+  const unsigned char* pool = static_cast<const unsigned char*>(p.pool);
+
+  if (tid == 0) {
+    for (int s = 0; s < L::kStages; ++s) mbarrier_init(bar0 + 8 * s, kThreads);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  // Q' in two parts, a warp per row, scaled as in decode_tile_fp8_steps.
+  for (int r = block_warp; r < R; r += 8) {
+    const bool valid = w.row_begin + r < rows_total;
+    const u32* q = reinterpret_cast<const u32*>(static_cast<const u16*>(p.q) + (row0 + r) * kHeadDim);
+    float v[18];
+    float amax = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 9; ++k) {
+      unpack2<ELEM>(valid ? q[lane + 32 * k] : 0u, v[2 * k], v[2 * k + 1]);
+      amax = fmaxf(amax, fmaxf(fabsf(v[2 * k]), fabsf(v[2 * k + 1])));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const int field = __float_as_int(amax) >> 23;
+    const int exponent = 261 - field < 1 ? 1 : (261 - field > 254 ? 254 : 261 - field);
+    const float q_scale = field == 0 || field == 255 ? 1.0f : __int_as_float(exponent << 23);
+    if (lane == 0) {
+      factor_s[r] = p.scale_log2 / q_scale;
+      bound_s[r] = row_kv_bound(p, w, r, rows_total, w.kv_end);
+    }
+#pragma unroll
+    for (int k = 0; k < 9; ++k) {
+      const int c = 2 * lane + 64 * k;
+      const float x = v[2 * k] * q_scale, y = v[2 * k + 1] * q_scale;
+      const u16 hi = to_fp8x2<false>(x, y);
+      float hx, hy;
+      from_fp8x2<false>(hi, hx, hy);
+      const u16 lo = to_fp8x2<false>(x - hx, y - hy);
+      auto at = [&](int row) {
+        return c < kLatent ? (c / 128) * L::kQBlockBytes + swizzle128(row, c % 128)
+                           : 4 * L::kQBlockBytes + swizzle64(row, c - kLatent);
+      };
+      *reinterpret_cast<u16*>(smem + L::kQOffset + at(r)) = hi;
+      *reinterpret_cast<u16*>(smem + L::kQOffset + at(R + r)) = lo;
+    }
+  }
+  fence_proxy_async();
+  __syncthreads();
+  // The first position any row's bound cuts: tiles before it need no mask.
+  int mask_from = bound_s[lane];
+  if (lane + 32 < R) mask_from = min(mask_from, bound_s[lane + 32]);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mask_from = min(mask_from, __shfl_xor_sync(0xffffffffu, mask_from, o));
+
+  // Copies: warpgroup w takes latent bytes [256 w, 256 w + 256) of every
+  // row, warpgroup 0 also the rope. Warp w of it rows 16 w .. 16 w + 15,
+  // two rows an instruction, 16 lanes a row. Slots as in decode_tile_fp8_steps.
+  auto slot_of = [&](int tile) {
+    const unsigned pos = static_cast<unsigned>(w.kv_begin + tile * T + 16 * warp + (lane & 15));
+    return pos < static_cast<unsigned>(w.kv_end) ? page_row[pos / PAGE] * PAGE + static_cast<int>(pos % PAGE) : -1;
+  };
+  const int half = lane >> 4, chunk = 16 * wg + (lane & 15);
+  const int main_dst = (chunk / 8) * L::kBlockBytes + (16 * warp + half) * 128;
+  const int rope_row = 16 * warp + (lane >> 2);
+  const int rope_dst = L::kRopeOffset + swizzle64(rope_row, (lane & 3) * 16);
+  auto load_tile = [&](int tile, int slot) {
+    unsigned char* dst = smem + L::kKvOffset + (tile % L::kStages) * L::kTileBytes;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int row = 2 * k + half;
+      const int s = __shfl_sync(0xffffffffu, slot, row);
+      const unsigned char* src = pool + static_cast<long long>(s < 0 ? 0 : s) * kHeadDim + chunk * 16;
+      cp_async_16(dst + main_dst + 2 * k * 128 + (((chunk ^ row) & 7) << 4), src, s >= 0);
+    }
+    if (wg == 0) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int s = __shfl_sync(0xffffffffu, slot, (lane >> 2) + 8 * h);
+        const unsigned char* src = pool + static_cast<long long>(s < 0 ? 0 : s) * kHeadDim + kLatent + (lane & 3) * 16;
+        cp_async_16(dst + rope_dst + h * 8 * 64, src, s >= 0);
+      }
+    }
+    cp_async_arrive(bar0 + 8 * (tile % L::kStages));
+  };
+  for (int tile = 0; tile < n_tiles && tile < L::kStages; ++tile) load_tile(tile, slot_of(tile));
+
+  float o[4][kAcc];  // O^T m-block 2 q + b: latents 256 wg + 128 q + 4 (8 warp + g) + 2 b (rows g) / + 1 (rows g + 8)
+#pragma unroll
+  for (int m = 0; m < 4; ++m)
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) o[m][i] = 0.0f;
+  float m_ref[kCols], l_run[kCols], m_top[kCols];
+#pragma unroll
+  for (int c = 0; c < kCols; ++c) {
+    m_ref[c] = neg_inf();
+    l_run[c] = 0.0f;
+    m_top[c] = neg_inf();
+  }
+  const u32 q_base = base + L::kQOffset;
+  u32 v_off[2];
+#pragma unroll
+  for (int odd = 0; odd < 2; ++odd)
+    v_off[odd] = (2 * c4 + odd) * 128 + ((((2 * warp + (g >> 2)) ^ (2 * c4 + odd)) & 7) << 4) + (g & 3) * 4;
+  const int x0 = 32 * (warp >> 1) + 16 * (warp & 1) + 4 * (g >> 1) + 2 * (g & 1);
+
+  for (int pair = 0; 2 * pair < n_tiles; ++pair) {
+    const int own = 2 * pair + wg;
+    const int refill = 2 * pair + L::kStages;  // refill and refill + 1 go into this pair's stages
+    const int refill_slot0 = refill < n_tiles ? slot_of(refill) : -1;
+    const int refill_slot1 = refill + 1 < n_tiles ? slot_of(refill + 1) : -1;
+    // s[4 j + 2 h + e]: token 16 warp + g + 8 h, row 8 j + 2 c4 + e.
+    float s[kAcc];
+    {
+      const u32 stage = base + L::kKvOffset + (own % L::kStages) * L::kTileBytes;
+      mbarrier_wait(bar0 + 8 * (own % L::kStages), (own / L::kStages) & 1);
+      fence_proxy_async();
+      // One accumulator set (O^T holds 96 registers): each chunk is waited
+      // for and folded before the next; the other warpgroup's S fills the gap.
+      float s_acc[2 * kAcc];
+#pragma unroll
+      for (int chunk_i = 0; chunk_i < kSteps / kChunkSteps; ++chunk_i) {
+        wgmma_fence();
+#pragma unroll
+        for (int k3 = 0; k3 < kChunkSteps; ++k3) {
+          const int step = kChunkSteps * chunk_i + k3, block = step / 4, k = step % 4;
+          const u64 a = block < 4 ? smem_desc_sw128(stage + block * L::kBlockBytes + 32 * k)
+                                  : smem_desc_sw64(stage + L::kRopeOffset + 32 * k);
+          const u64 b = block < 4 ? smem_desc_sw128(q_base + block * L::kQBlockBytes + 32 * k)
+                                  : smem_desc_sw64(q_base + 4 * L::kQBlockBytes + 32 * k);
+          wgmma_m64n96k32_e4m3_ss(s_acc, a, b, k3 > 0);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        pin_registers(s_acc);
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) {
+          const float part = s_acc[i] + s_acc[kAcc + i];
+          s[i] = chunk_i == 0 ? part : s[i] + part;
+        }
+      }
+      const int tile_pos = w.kv_begin + own * T;
+      const int pos0 = tile_pos + 16 * warp + g;
+      const bool masked = tile_pos + T > mask_from;
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) {
+        const int c = 2 * (i / 4) + (i & 1);
+        const int n = 8 * (i / 4) + 2 * c4 + (i & 1);
+        const float x = s[i] * factor_s[n];
+        s[i] = masked && pos0 + 8 * ((i >> 1) & 1) >= bound_s[n] ? neg_inf() : x;
+        m_top[c] = fmaxf(m_top[c], s[i]);
+      }
+    }
+    bool over = false;
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) {
+      const int i = 4 * (c / 2) + (c & 1);
+      over |= passes_reference(m_ref[c], fmaxf(s[i], s[i + 2]));
+    }
+    if (barrier_any<kThreads>(kFp8StepsBlockBarrier, over)) {
+      // The block's maxima per row of the pair: lanes, then all eight warps.
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) {
+        const int i = 4 * (c / 2) + (c & 1);
+        float mx = fmaxf(s[i], s[i + 2]);
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+        if (g == 0) scratch_s[block_warp * R + 8 * (c / 2) + 2 * c4 + (c & 1)] = mx;
+      }
+      named_barrier_sync(kFp8StepsBlockBarrier, kThreads);
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) {
+        const int n = 8 * (c / 2) + 2 * c4 + (c & 1);
+        float mx = neg_inf();
+#pragma unroll
+        for (int k = 0; k < 8; ++k) mx = fmaxf(mx, scratch_s[k * R + n]);
+        const float next = next_reference_max(m_ref[c], mx);
+        const float f = rescale_factor(m_ref[c], next);
+        m_ref[c] = next;
+        l_run[c] *= f;
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+          o[m][4 * (c / 2) + (c & 1)] *= f;
+          o[m][4 * (c / 2) + 2 + (c & 1)] *= f;
+        }
+      }
+      named_barrier_sync(kFp8StepsBlockBarrier, kThreads);  // scratch is read before anyone's next write
+    }
+    // P^T of this warpgroup's tile in two parts, as in decode_tile_fp8_steps.
+    const u32 p_own = base + L::kPOffset + ((pair & 1) * 2 + wg) * L::kPBytes;
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) {
+      const int i = 4 * (c / 2) + (c & 1);
+      const float sub = m_ref[c] == neg_inf() ? 0.0f : m_ref[c];
+      const float a = fast_exp2(s[i] - sub), b = fast_exp2(s[i + 2] - sub);
+      l_run[c] += a + b;
+      const u16 hi = to_fp8x2<true>(a, b);
+      float ba, bb;
+      from_fp8x2<true>(hi, ba, bb);
+      const u16 lo = to_fp8x2<false>(a - ba, b - bb);
+      const int n = 8 * (c / 2) + 2 * c4 + (c & 1);
+      asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(p_own + swizzle128(n, x0)), "h"(hi) : "memory");
+      asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(p_own + swizzle128(n, 64 + x0)), "h"(lo) : "memory");
+    }
+    fence_proxy_async();
+    named_barrier_sync(kFp8StepsBlockBarrier, kThreads);
+
+    // P V of both tiles into this warpgroup's latents: V^T fragments of its
+    // two 128-latent blocks, built as in decode_tile_fp8_steps.
+#pragma unroll
+    for (int tp = 0; tp < 2; ++tp) {
+      const int tile = 2 * pair + tp;
+      if (tp != wg) mbarrier_wait(bar0 + 8 * (tile % L::kStages), (tile / L::kStages) & 1);
+      const u32 stage = base + L::kKvOffset + (tile % L::kStages) * L::kTileBytes;
+      const u32 p_tile = base + L::kPOffset + ((pair & 1) * 2 + tp) * L::kPBytes;
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk) {
+        u32 f[2][2][4];  // [block q][m-block b][register]
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          const u32 row_base = stage + (2 * wg + q) * L::kBlockBytes + 32 * kk * 128;
+          constexpr int kRow[8] = {0, 8, 0, 8, 16, 24, 16, 24};
+          u32 word[8];
+#pragma unroll
+          for (int i = 0; i < 8; ++i) {
+            asm volatile("ld.shared.b32 %0, [%1];\n"
+                         : "=r"(word[i])
+                         : "r"(row_base + kRow[i] * 128 + v_off[(i >> 1) & 1]));
+          }
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const u32 x01 = byte_perm(word[4 * h], word[4 * h + 1], 0x5140);
+            const u32 x23 = byte_perm(word[4 * h + 2], word[4 * h + 3], 0x5140);
+            const u32 y01 = byte_perm(word[4 * h], word[4 * h + 1], 0x7362);
+            const u32 y23 = byte_perm(word[4 * h + 2], word[4 * h + 3], 0x7362);
+            f[q][0][2 * h] = byte_perm(x01, x23, 0x5410);
+            f[q][0][2 * h + 1] = byte_perm(x01, x23, 0x7632);
+            f[q][1][2 * h] = byte_perm(y01, y23, 0x5410);
+            f[q][1][2 * h + 1] = byte_perm(y01, y23, 0x7632);
+          }
+        }
+        wgmma_fence();
+#pragma unroll
+        for (int q = 0; q < 2; ++q)
+#pragma unroll
+          for (int b = 0; b < 2; ++b) {
+            wgmma_m64n48k32_fp8_rs<true>(o[2 * q + b], f[q][b], smem_desc_sw128(p_tile + 32 * kk));
+            wgmma_m64n48k32_fp8_rs<false>(o[2 * q + b], f[q][b], smem_desc_sw128(p_tile + 64 + 32 * kk));
+          }
+        wgmma_commit();
+      }
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int m = 0; m < 4; ++m) pin_registers(o[m]);
+    // S of both tiles was done before the block barrier above; once this
+    // warpgroup's P V is too, its columns of the pair's stages are free.
+    named_barrier_sync(own_barrier, 128);
+    if (refill < n_tiles) load_tile(refill, refill_slot0);
+    if (refill + 1 < n_tiles) load_tile(refill + 1, refill_slot1);
+  }
+
+  // l and the true maximum per row over the block: lanes, then all eight warps.
+#pragma unroll
+  for (int c = 0; c < kCols; ++c) {
+#pragma unroll
+    for (int off = 4; off < 32; off <<= 1) {
+      l_run[c] += __shfl_xor_sync(0xffffffffu, l_run[c], off);
+      m_top[c] = fmaxf(m_top[c], __shfl_xor_sync(0xffffffffu, m_top[c], off));
+    }
+  }
+  named_barrier_sync(kFp8StepsBlockBarrier, kThreads);
+  if (g == 0) {
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) scratch_s[block_warp * R + 8 * (c / 2) + 2 * c4 + (c & 1)] = l_run[c];
+  }
+  named_barrier_sync(kFp8StepsBlockBarrier, kThreads);
+#pragma unroll
+  for (int c = 0; c < kCols; ++c) {
+    const int n = 8 * (c / 2) + 2 * c4 + (c & 1);
+    float l = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) l += scratch_s[k * R + n];
+    l_run[c] = l;
+  }
+  named_barrier_sync(kFp8StepsBlockBarrier, kThreads);
+  if (g == 0) {
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) scratch_s[block_warp * R + 8 * (c / 2) + 2 * c4 + (c & 1)] = m_top[c];
+  }
+  named_barrier_sync(kFp8StepsBlockBarrier, kThreads);
+  const bool direct = w.split < 0;
+#pragma unroll
+  for (int c = 0; c < kCols; ++c) {
+    const int n = 8 * (c / 2) + 2 * c4 + (c & 1);
+    float top = neg_inf();
+#pragma unroll
+    for (int k = 0; k < 8; ++k) top = fmaxf(top, scratch_s[k * R + n]);
+    if (w.row_begin + n >= rows_total) continue;
+    const float l_ref = l_run[c];
+    const float inv = l_ref > 0.0f ? p.out_scale / l_ref : 0.0f;
+    if (wg == 0 && warp == 0 && g == 0) {
+      // o is normalised against the reference maximum; the stats take the
+      // true one, with l moved to it.
+      const float l = l_ref > 0.0f ? l_ref * fast_exp2(m_ref[c] - top) : 0.0f;
+      const float m = l_ref > 0.0f ? top * 0.6931471805599453f : neg_inf();
+      store_row_stats(p, w, row0, n, m, l);
+    }
+    const int i0 = 4 * (c / 2) + (c & 1);
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      const int latent = 256 * wg + 128 * q + 4 * (8 * warp + g);
+      float v[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) v[k] = o[2 * q + (k >> 1)][i0 + 2 * (k & 1)] * inv;
+      if (direct) {
+        u32* out = reinterpret_cast<u32*>(static_cast<u16*>(p.out) + (row0 + n) * kLatent + latent);
+        *reinterpret_cast<uint2*>(out) = make_uint2(pack2<ELEM>(v[0], v[1]), pack2<ELEM>(v[2], v[3]));
+      } else {
+        *reinterpret_cast<float4*>(p.partial_out + split_entry(w, n) * kLatent + latent) =
+            make_float4(v[0], v[1], v[2], v[3]);
+      }
+    }
+  }
+}
+
 // A work item on the engine ENGINE names.
 // `kv_map`: the pool's tensor map, read by the seesaw engine's one-page-per-tile build.
 template <int M, int PAGE, int ELEM, int KV, int ENGINE, int BLOCKS = 0>
@@ -2877,8 +3321,10 @@ __device__ __forceinline__ void decode_item(const Params& p, const KvTensorMap* 
       }
     }
     decode_tile_seesaw<PAGE, ELEM, false>(p, kv_map);
-  } else if constexpr (ENGINE == kEngineFp8Steps) {
+  } else if constexpr (ENGINE == kEngineFp8Steps && M == 16) {
     decode_tile_fp8_steps<PAGE, ELEM>(p);
+  } else if constexpr (ENGINE == kEngineFp8Steps) {
+    decode_tile_fp8_steps_split_latents<PAGE, ELEM>(p);
   } else {
     decode_tile<M, PAGE, ELEM, KV, ENGINE, BLOCKS>(p);
   }

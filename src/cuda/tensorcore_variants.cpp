@@ -14,7 +14,8 @@ bool TensorcoreVariant::precompiled() const {
          (kv_dtype == DType::bf16 || kv_dtype == DType::fp8_e4m3) &&
          wgmma == tensorcore_uses_wgmma(rows) && (!seesaw || tensorcore_has_seesaw_build(rows, kv_dtype)) &&
          (!two_blocks || tensorcore_has_two_block_build(rows, kv_dtype)) &&
-         (!fp8_steps || tensorcore_has_fp8_steps_build(rows, kv_dtype));
+         (!fp8_steps || tensorcore_has_fp8_steps_build(rows, kv_dtype)) &&
+         (rows != kTensorcoreFp8StepsWideRows || fp8_steps);
 }
 
 int TensorcoreVariant::elem_kind() const {
@@ -50,10 +51,16 @@ auto with_config(const TensorcoreVariant& v, F f) {
     throw InvalidArgument("variant.seesaw", -1, v.name(), "the seesaw engine is wgmma on 16-bit KV");
   }
   if (v.fp8_steps && (v.wgmma || v.seesaw || v.two_blocks || !tensorcore_has_fp8_steps_build(v.rows, v.kv_dtype))) {
-    throw InvalidArgument("variant.fp8_steps", -1, v.name(), "the fp8-steps engine runs 16-row tiles of fp8 KV alone");
+    throw InvalidArgument("variant.fp8_steps", -1, v.name(),
+                          "the fp8-steps engine runs 16- and 48-row tiles of fp8 KV alone");
+  }
+  if (v.rows != 16 && v.rows != 32 && v.rows != 64 && !v.fp8_steps) {
+    throw InvalidArgument("variant.rows", -1, std::to_string(v.rows),
+                          "row tiles are 16, 32 or 64 rows, or 48 on the fp8-steps engine");
   }
   if (v.seesaw) return f(Config<64, kKvSameAsQ, kEngineSeesaw>{});
-  if (v.fp8_steps) return f(Config<16, kKvFp8, kEngineFp8Steps>{});
+  if (v.fp8_steps && v.rows == 16) return f(Config<16, kKvFp8, kEngineFp8Steps>{});
+  if (v.fp8_steps) return f(Config<kTensorcoreFp8StepsWideRows, kKvFp8, kEngineFp8Steps>{});
   const bool fp8 = v.kv_kind() == kKvFp8;
   if (v.rows == 16) return fp8 ? f(Config<16, kKvFp8>{}) : f(Config<16, kKvSameAsQ>{});
   if (v.rows == 32) {
@@ -108,6 +115,7 @@ std::int32_t tensorcore_row_tile(std::int32_t heads, std::int32_t q_len, DType k
                                  std::int32_t batch_bucket) {
   if (q_len <= 0) return 64;
   const std::int64_t rows = std::int64_t{heads} * q_len;
+  if (tensorcore_uses_48_row_tiles(rows, kv_dtype)) return kTensorcoreFp8StepsWideRows;
   for (std::int32_t tile : kTensorcoreRowTiles) {
     if (rows > tile) continue;
     const bool padded_wgmma = tile == 32 && tensorcore_uses_wgmma(64) && kv_dtype != DType::fp8_e4m3 &&
@@ -132,6 +140,7 @@ TensorcoreVariant tensorcore_variant(std::int32_t heads, std::int32_t q_len, std
 }
 
 bool tensorcore_fp8_steps_enabled() { return HELIXMLA_TC_FP8_STEPS != 0; }
+bool tensorcore_48_row_tiles_enabled() { return tensorcore_uses_48_row_tiles(kTensorcoreFp8StepsWideRows, DType::fp8_e4m3); }
 
 TensorcoreVariant tensorcore_variant_for(const PhaseShape& shape) {
   return tensorcore_variant(shape.num_heads, shape.q_len, shape.page_size, shape.q_dtype, shape.kv_dtype,

@@ -63,25 +63,41 @@ constexpr bool tensorcore_uses_seesaw(std::int32_t rows, DType kv_dtype, std::in
 #ifndef HELIXMLA_TC_FP8_STEPS
 #define HELIXMLA_TC_FP8_STEPS 1
 #endif
+// Tiles of 33-48 rows of fp8 KV (suite case 10's 48 heads) have a row
+// tile of their own on the same engine, 48 rows with the warpgroups
+// splitting the latents (decode_tile_fp8_steps_split_latents), in place
+// of the padded 64-row producer build, while HELIXMLA_TC_FP8_STEPS_48_ROWS
+// is 1. It has no other build.
+#ifndef HELIXMLA_TC_FP8_STEPS_48_ROWS
+#define HELIXMLA_TC_FP8_STEPS_48_ROWS 0
+#endif
+inline constexpr std::int32_t kTensorcoreFp8StepsWideRows = 48;
 constexpr bool tensorcore_has_fp8_steps_build(std::int32_t rows, DType kv_dtype) {
-  return rows == 16 && kv_dtype == DType::fp8_e4m3;
+  return (rows == 16 || rows == kTensorcoreFp8StepsWideRows) && kv_dtype == DType::fp8_e4m3;
 }
 constexpr bool tensorcore_uses_fp8_steps(std::int32_t rows, DType kv_dtype) {
   return HELIXMLA_TC_FP8_STEPS && tensorcore_has_fp8_steps_build(rows, kv_dtype);
 }
+// Whether a phase of `rows` rows a request (H x q_len) runs 48-row tiles.
+constexpr bool tensorcore_uses_48_row_tiles(std::int64_t rows, DType kv_dtype) {
+  return HELIXMLA_TC_FP8_STEPS_48_ROWS && tensorcore_uses_fp8_steps(kTensorcoreFp8StepsWideRows, kv_dtype) &&
+         rows > 32 && rows <= kTensorcoreFp8StepsWideRows;
+}
 // HELIXMLA_TC_FP8_STEPS as the library was built (knobs reach the
 // library's sources only, not a caller's).
 bool tensorcore_fp8_steps_enabled();
+// Whether 33-48 rows of fp8 KV run 48-row tiles, as the library was built.
+bool tensorcore_48_row_tiles_enabled();
 
 struct TensorcoreVariant {
-  std::int32_t rows = 64;  // query rows per block (16, 32 or 64)
+  std::int32_t rows = 64;  // query rows per block (16, 32 or 64; 48 on the fp8-steps engine)
   std::int32_t page_size = 64;
   DType q_dtype = DType::bf16;   // also the output and MMA input type
   DType kv_dtype = DType::bf16;  // q_dtype or fp8_e4m3
   bool wgmma = false;            // matrix engine: wgmma (64 rows only) or mma.sync
   bool two_blocks = false;       // the build for two blocks per SM (32-row fp8 only; below)
   bool seesaw = false;           // wgmma in FlashMLA's layout (64 rows, 16-bit KV; wgmma set too)
-  bool fp8_steps = false;        // wgmma with e4m3 operands, tokens as M (16 rows, fp8 KV)
+  bool fp8_steps = false;        // wgmma with e4m3 operands, tokens as M (16 or 48 rows, fp8 KV)
 
   bool precompiled() const;
   int elem_kind() const;  // helixmla_tc::ElemKind
@@ -95,7 +111,7 @@ struct TensorcoreVariant {
   // engine where pages hold whole 64-token tiles, its TMA copies.
   bool reads_kv_map() const;
   // e.g. "tc_m64_p64_bf16_fp8_wgmma", "tc_m64_p64_bf16_bf16_seesaw", "tc_m32_p64_bf16_fp8_2blocks",
-  // "tc_m16_p64_bf16_fp8_fp8steps"
+  // "tc_m16_p64_bf16_fp8_fp8steps", "tc_m48_p64_bf16_fp8_fp8steps"
   std::string name() const;
   // The same with `page` in place of the page size (the catalog's "<any>").
   std::string name_for_page(std::string_view page) const;
@@ -129,7 +145,8 @@ std::int32_t tensorcore_block_slots(std::int32_t sm_count, const TensorcoreVaria
 // Rows of a request's tile for H heads and `q_len` tokens (0 = varies: a
 // context phase): the smallest of 16/32/64 that holds H * q_len, else 64,
 // with 32 raised to 64 as above for `kv_dtype` and `batch_bucket` (the
-// phase's, as in PhaseShape).
+// phase's, as in PhaseShape), and 48 for 33-48 rows of fp8 KV
+// (tensorcore_uses_48_row_tiles).
 std::int32_t tensorcore_row_tile(std::int32_t heads, std::int32_t q_len, DType kv_dtype,
                                  std::int32_t batch_bucket);
 

@@ -261,10 +261,10 @@ TEST(TensorcoreFp8Producer, ItemsOfEveryShortTileCountMatch) {
 
 // Per-token Helix bounds that differ inside a verify group, including tokens
 // that see nothing (stats (-inf, 0), zero output).
-// Runs `spec` on its row tile (64 rows, or 16 for the fp8-steps engine)
-// with the engine named by `wgmma`, `seesaw` and `fp8_steps` (compiled just
-// in time where the catalog would not pick it), under Helix per-token
-// `bounds` if any, and checks it against the reference.
+// Runs `spec` on its row tile (64 rows; 16 or 48 for the fp8-steps engine,
+// by the request's rows) with the engine named by `wgmma`, `seesaw` and
+// `fp8_steps` (compiled just in time where the catalog would not pick it),
+// under Helix per-token `bounds` if any, and checks it against the reference.
 void expect_engine_matches(SyntheticBatch& host, bool wgmma, bool seesaw, bool fp8_steps = false,
                            const std::vector<std::int32_t>& bounds = {}) {
   const BatchSpec& spec = host.spec();
@@ -278,7 +278,11 @@ void expect_engine_matches(SyntheticBatch& host, bool wgmma, bool seesaw, bool f
   }
   validate(p);
   cuda::TensorcoreVariant variant = cuda::tensorcore_variant_of(p);
-  if (fp8_steps) ASSERT_EQ(variant.rows, 16) << label_of(spec);
+  if (fp8_steps) {
+    variant.rows = spec.heads * spec.q_len <= 16 ? 16 : cuda::kTensorcoreFp8StepsWideRows;
+    ASSERT_LE(spec.heads * spec.q_len, variant.rows) << label_of(spec);
+    variant.two_blocks = false;
+  }
   if (wgmma || seesaw) ASSERT_EQ(variant.rows, 64) << label_of(spec);
   variant.wgmma = wgmma;
   variant.seesaw = seesaw;
@@ -405,6 +409,44 @@ TEST(TensorcoreEngines, Fp8StepsEngineMatchesReferenceAcrossPagesAndVerifyGroups
   expect_engine_matches(helix, false, false, true, bounds);
 }
 
+// The fp8-steps engine's 48-row tiles (33-48 rows of fp8 KV; the
+// warpgroups split the latents and take the tiles in pairs), forced here
+// whatever HELIXMLA_TC_FP8_STEPS_48_ROWS says: every page class, 48 rows as
+// heads or verify groups and fewer (the rest padding), requests shorter
+// than a tile, odd tile counts (a pair's second tile past the range),
+// items split over a long request, Helix per-token bounds with tokens that
+// see nothing, fp16 Q, and statistics.
+TEST(TensorcoreEngines, Fp8StepsEngineOf48RowTilesMatchesReference) {
+  SKIP_WITHOUT_TENSORCORE();
+  if (!Environment::detect().nvrtc) GTEST_SKIP() << "no NVRTC";
+  for (std::int32_t page : {1, 3, 16, 64, 128}) {
+    for (const auto& [heads, q_len] :
+         {std::pair{48, 1}, std::pair{24, 2}, std::pair{16, 3}, std::pair{40, 1}, std::pair{33, 1}}) {
+      BatchSpec spec = decode_spec(heads, q_len, page, DType::fp8_e4m3);
+      spec.kv_len = {5, 301, 130, 1000, 64, 65, 129};
+      spec.generations = static_cast<std::int32_t>(spec.kv_len.size());
+      expect_engine_matches(spec, false, false, true);
+    }
+  }
+  BatchSpec split = decode_spec(48, 1, 64, DType::fp8_e4m3);
+  split.kv_len = {20000, 70};
+  split.generations = 2;
+  expect_engine_matches(split, false, false, true);
+  BatchSpec fp16 = decode_spec(48, 1, 64, DType::fp8_e4m3);
+  fp16.q_dtype = DType::fp16;
+  fp16.kv_len = {777, 64, 2048};
+  fp16.generations = 3;
+  expect_engine_matches(fp16, false, false, true);
+  BatchSpec helix = decode_spec(12, 4, 16, DType::fp8_e4m3);
+  helix.kv_len = {70, 1000, 3};
+  helix.generations = 3;
+  std::vector<std::int32_t> bounds;
+  for (std::int32_t kv : helix.kv_len) {
+    for (std::int32_t t = 0; t < 4; ++t) bounds.push_back(t < 2 ? 0 : std::min(kv, kv / 2 + 7 * t));
+  }
+  expect_engine_matches(helix, false, false, true, bounds);
+}
+
 // Makes KV position 0 of every request dominate: its key becomes the sum of
 // the request's query rows, scaled so that each row's score for it passes
 // the row's best other score by `gap` (natural-log units). Every other
@@ -452,12 +494,15 @@ void dominate_first_token(SyntheticBatch& host, double gap) {
 // whose range reaches 2^-16, so the tail's mass stays in O.
 TEST(TensorcoreEngines, Fp8StepsEngineKeepsALongTailUnderADominantToken) {
   SKIP_WITHOUT_TENSORCORE();
-  BatchSpec spec = decode_spec(16, 1, 64, DType::fp8_e4m3);
-  spec.kv_len = {8192, 3000};
-  spec.generations = 2;
-  SyntheticBatch host(spec);
-  dominate_first_token(host, 9.0);
-  expect_engine_matches(host, false, false, true);
+  for (std::int32_t heads : {16, 48}) {
+    if (heads == 48 && !Environment::detect().nvrtc) continue;  // forced where the catalog may not pick it
+    BatchSpec spec = decode_spec(heads, 1, 64, DType::fp8_e4m3);
+    spec.kv_len = {8192, 3000};
+    spec.generations = 2;
+    SyntheticBatch host(spec);
+    dominate_first_token(host, 9.0);
+    expect_engine_matches(host, false, false, true);
+  }
 }
 
 // Scales every request's KV row at position j by 1 + growth * j / kv_len,
@@ -539,6 +584,23 @@ TEST(TensorcoreLazyRescale, RowMaximaClimbingAlongTheSequenceMatch) {
     EXPECT_GE(reference_moves(host, 0), 2) << label_of(spec);
     const RunInfo info = expect_parity(host, label_of(spec) + " climbing maxima split");
     EXPECT_TRUE(info.any_split) << label_of(spec) << ": the plan did not split";
+  }
+}
+
+// The same climbing maxima on the fp8-steps engine's 48-row tiles, forced
+// (the block agrees on each row's reference maximum over a pair of tiles),
+// whole and split.
+TEST(TensorcoreLazyRescale, RowMaximaClimbingOn48RowFp8StepsTilesMatch) {
+  SKIP_WITHOUT_TENSORCORE();
+  if (!Environment::detect().nvrtc) GTEST_SKIP() << "no NVRTC";
+  for (const auto& [heads, q_len] : {std::pair{48, 1}, std::pair{24, 2}}) {
+    BatchSpec spec = decode_spec(heads, q_len, 64, DType::fp8_e4m3);
+    spec.kv_len = {5, 301, 1030, 12000};
+    spec.generations = 4;
+    SyntheticBatch host(spec);
+    grow_keys_along_sequence(host, 20.0f);
+    EXPECT_GE(reference_moves(host, 2), 2) << label_of(spec) << ": the data does not move the reference";
+    expect_engine_matches(host, false, false, true);
   }
 }
 

@@ -79,7 +79,12 @@ TEST(TensorcoreCatalog, PrecompiledPagesNeedNoNvrtc) {
       const Verdict v = b->catalog().can_implement(decode_shape(48, page, kv), hopper(false), &chosen);
       EXPECT_TRUE(v) << page << " " << v.reason;
       EXPECT_TRUE(chosen.precompiled);
-      EXPECT_EQ(chosen.name, TensorcoreVariant({64, page, DType::bf16, kv, kTensorcoreWgmmaFor64Rows}).name());
+      // 48 heads: the 48-row fp8-steps tile where it is on, else 64 rows.
+      const TensorcoreVariant expected =
+          kv == DType::fp8_e4m3 && tensorcore_48_row_tiles_enabled()
+              ? TensorcoreVariant{.rows = 48, .page_size = page, .kv_dtype = kv, .fp8_steps = true}
+              : TensorcoreVariant{.rows = 64, .page_size = page, .kv_dtype = kv, .wgmma = kTensorcoreWgmmaFor64Rows};
+      EXPECT_EQ(chosen.name, expected.name());
     }
   }
 }
@@ -105,8 +110,8 @@ TEST(TensorcoreCatalog, InventoryListsWhatCanImplementNames) {
     precompiled.insert(v.name);
   }
   // 3 row tiles x 2 KV types x 4 pages, 32-row fp8 twice, 64-row 16-bit KV
-  // twice (seesaw), 16-row fp8 twice (fp8 steps)
-  EXPECT_EQ(precompiled.size(), 36u);
+  // twice (seesaw), 16-row fp8 twice (fp8 steps), 48-row fp8 (fp8 steps alone)
+  EXPECT_EQ(precompiled.size(), 40u);
   for (std::int32_t heads : {1, 16, 24, 48, 64, 96, 128}) {
     for (std::int32_t q_len : {1, 2, 4, 16}) {
       for (const DType kv : {DType::bf16, DType::fp8_e4m3}) {
@@ -166,7 +171,9 @@ TEST(TensorcoreCatalog, RowTileFollowsRowsPerRequest) {
       EXPECT_EQ(tensorcore_row_tile(16, 1, kv, batch), 16);
       EXPECT_EQ(tensorcore_row_tile(24, 1, kv, batch), 32);
       EXPECT_EQ(tensorcore_row_tile(16, 2, kv, batch), 32);
-      EXPECT_EQ(tensorcore_row_tile(48, 1, kv, batch), 64);
+      EXPECT_EQ(tensorcore_row_tile(48, 1, kv, batch),
+                kv == DType::fp8_e4m3 && tensorcore_48_row_tiles_enabled() ? 48 : 64);
+      EXPECT_EQ(tensorcore_row_tile(49, 1, kv, batch), 64);
       EXPECT_EQ(tensorcore_row_tile(128, 16, kv, batch), 64);
       EXPECT_EQ(tensorcore_row_tile(8, 0, kv, batch), 64);
     }
@@ -288,6 +295,43 @@ TEST(TensorcoreCatalog, SixteenRowTilesOfFp8KvHaveAnFp8StepsBuild) {
   wrong.kv_dtype = DType::bf16;
   EXPECT_FALSE(wrong.precompiled());
   EXPECT_THROW(wrong.smem_bytes(), InvalidArgument);
+}
+
+TEST(TensorcoreCatalog, FortyEightRowTilesOfFp8KvRunTheFp8StepsEngineWhenEnabled) {
+  // 33-48 rows of fp8 KV (48 heads; 24 x q_len 2; 40 and 33 heads) take the
+  // 48-row fp8-steps tile where HELIXMLA_TC_FP8_STEPS_48_ROWS is on, else
+  // the padded 64-row one; 16-bit KV, 32 rows and 49 or more keep theirs.
+  // The build is precompiled and listed; a 48-row tile on another engine
+  // is refused.
+  const bool chosen = tensorcore_48_row_tiles_enabled();
+  for (const auto& [heads, q_len] : {std::pair{48, 1}, std::pair{24, 2}, std::pair{40, 1}, std::pair{33, 1}}) {
+    const TensorcoreVariant v = variant(heads, q_len, DType::fp8_e4m3, 64);
+    EXPECT_EQ(v.rows, chosen ? 48 : 64) << heads << " x " << q_len;
+    EXPECT_EQ(v.fp8_steps, chosen) << heads << " x " << q_len;
+  }
+  EXPECT_EQ(variant(48, 1, DType::bf16, 64).rows, 64);
+  EXPECT_EQ(variant(49, 1, DType::fp8_e4m3, 64).rows, 64);
+  EXPECT_EQ(variant(32, 1, DType::fp8_e4m3, 64).rows, 32);
+  const TensorcoreVariant wide{.rows = 48, .page_size = 64, .q_dtype = DType::bf16, .kv_dtype = DType::fp8_e4m3,
+                               .fp8_steps = true};
+  EXPECT_EQ(wide.name(), "tc_m48_p64_bf16_fp8_fp8steps");
+  EXPECT_EQ(wide.smem_bytes(), helixmla_tc::Fp8StepsSplitLatentsLayout::kSmemBytes);
+  EXPECT_EQ(wide.blocks_per_sm(), 1);
+  EXPECT_EQ(wide.block_threads(), 256);
+  EXPECT_TRUE(wide.precompiled());
+  const BackendPtr b = make_tensorcore_backend();
+  std::set<std::string> listed;
+  for (const KernelVariant& v : b->catalog().inventory(hopper(false))) listed.insert(v.name);
+  EXPECT_TRUE(listed.count(wide.name())) << wide.name();
+  EXPECT_FALSE(listed.count("tc_m48_p64_bf16_fp8"));
+  TensorcoreVariant plain = wide;
+  plain.fp8_steps = false;
+  EXPECT_FALSE(plain.precompiled());
+  EXPECT_THROW(plain.smem_bytes(), InvalidArgument);
+  TensorcoreVariant bf16 = wide;
+  bf16.kv_dtype = DType::bf16;
+  EXPECT_FALSE(bf16.precompiled());
+  EXPECT_THROW(bf16.smem_bytes(), InvalidArgument);
 }
 
 TEST(TensorcoreCatalog, SixtyFourRowTilesOfSixteenBitKvRunTheSeesawEngineInBigBatches) {

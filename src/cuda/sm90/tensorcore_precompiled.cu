@@ -1,6 +1,6 @@
 // The precompiled tensor-core variants: every row tile (on its default
 // engine, the 64-row seesaw build of 16-bit KV, the 32-row fp8 two-block
-// build and the 16-row fp8-steps build) for bf16 Q with bf16 or fp8 KV, at
+// build and the 16- and 48-row fp8-steps builds) for bf16 Q with bf16 or fp8 KV, at
 // the page sizes of kTensorcorePrecompiledPages.
 #include "cuda/tensorcore_kernel.cuh"
 #include "cuda/tensorcore_precompiled.hpp"
@@ -42,6 +42,11 @@ const void* for_rows(const TensorcoreVariant& v) {
         if (v.two_blocks) return for_page<32, KV, helixmla_tc::kEngineMmaSync, 2>(page);
       }
       return for_page<32, KV, helixmla_tc::kEngineMmaSync>(page);
+    case kTensorcoreFp8StepsWideRows:
+      if constexpr (KV == helixmla_tc::kKvFp8) {
+        if (v.fp8_steps) return for_page<kTensorcoreFp8StepsWideRows, KV, helixmla_tc::kEngineFp8Steps>(page);
+      }
+      return nullptr;
     case 64:
       if constexpr (KV != helixmla_tc::kKvFp8) {
         if (v.seesaw) return for_page<64, KV, helixmla_tc::kEngineSeesaw>(page);
