@@ -34,6 +34,15 @@ StatsComparison compare_stats(const std::vector<float>& candidate, const std::ve
 // 4's parity bar): 1e-2 for 16-bit KV, 3e-2 for fp8 KV.
 constexpr double output_tolerance(DType kv_dtype) { return kv_dtype == DType::fp8_e4m3 ? 3e-2 : 1e-2; }
 
+// Error the statistics may have (m absolute, l relative) against the
+// float64 reference in the GPU tests: 1e-3 for 16-bit KV; 1e-2 for fp8 KV,
+// whose fp8-steps engines keep about 14 bits of S in the tensor cores'
+// accumulator: on climbing scores (keys scaled up along the sequence) the
+// 48-row engine's l is 3.6e-3 off with m within 4e-4, and the Helix
+// combine, which weighs ranks by l e^m, moves by as much, a tenth of fp8's
+// output tolerance.
+constexpr double stats_tolerance(DType kv_dtype) { return kv_dtype == DType::fp8_e4m3 ? 1e-2 : 1e-3; }
+
 Comparison compare(const void* candidate, DType dtype, const std::vector<double>& reference);
 Comparison compare(const std::vector<float>& candidate, const std::vector<double>& reference);
 

@@ -2478,23 +2478,35 @@ __device__ __forceinline__ void wgmma_m64n16k32_fp8_rs(float (&d)[8], const u32 
   }
 #undef HMLA_TC_M64N16K32_RS
 }
-// S^T of 48 rows with Q's two parts side by side in N: D[64 x 96] (+)=
-// A[64 x 32] B[96 x 32]^T, e4m3, both in shared memory.
-__device__ __forceinline__ void wgmma_m64n96k32_e4m3_ss(float (&d)[48], u64 desc_a, u64 desc_b, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n96k32.f32.e4m3.e4m3 "
-      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47}, "
-      "%48, %49, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
-        "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
-        "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
-        "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
-        "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
-        "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+// The same as wgmma_m64n48k32_e4m3_ss, a sum's first step (ACCUMULATE
+// false) taking D as an output only: summed in float32 between chunks, a
+// single accumulator set read and written by every step, its first one
+// by a predicate, came out of ptxas adding a doubled earlier chunk at
+// each fold (the 48-row engine's GPU test, session 30).
+#define HMLA_TC_D24_OPERANDS(D) \
+  D(d[0]), D(d[1]), D(d[2]), D(d[3]), D(d[4]), D(d[5]), D(d[6]), D(d[7]), D(d[8]), D(d[9]), D(d[10]), \
+      D(d[11]), D(d[12]), D(d[13]), D(d[14]), D(d[15]), D(d[16]), D(d[17]), D(d[18]), D(d[19]), \
+      D(d[20]), D(d[21]), D(d[22]), D(d[23])
+#define HMLA_TC_D24_READ_WRITE(x) "+f"(x)
+#define HMLA_TC_D24_WRITE(x) "=f"(x)
+template <bool ACCUMULATE>
+__device__ __forceinline__ void wgmma_m64n48k32_e4m3_ss(float (&d)[24], u64 desc_a, u64 desc_b) {
+#define HMLA_TC_M64N48K32_SS(D, SCALE_D)                                 \
+  asm volatile("wgmma.mma_async.sync.aligned.m64n48k32.f32.e4m3.e4m3 "    \
+               "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23}, " \
+               "%24, %25, " SCALE_D ", 1, 1;\n"                           \
+               : HMLA_TC_D24_OPERANDS(D)                                  \
+               : "l"(desc_a), "l"(desc_b))
+  if constexpr (ACCUMULATE) {
+    HMLA_TC_M64N48K32_SS(HMLA_TC_D24_READ_WRITE, "1");
+  } else {
+    HMLA_TC_M64N48K32_SS(HMLA_TC_D24_WRITE, "0");
+  }
+#undef HMLA_TC_M64N48K32_SS
 }
+#undef HMLA_TC_D24_WRITE
+#undef HMLA_TC_D24_READ_WRITE
+#undef HMLA_TC_D24_OPERANDS
 // P V of 48 rows: D[64 x 48] += A[64 x 32] (registers, e4m3) B[48 x 32]^T
 // (shared memory, e5m2 for P's high part, else e4m3).
 template <bool B_E5M2>
@@ -2938,6 +2950,11 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
   }
 }
 
+// Steps of S's high part summed in the fp8 accumulator before each float32
+// sum (an A/B knob: 3, 6, 9 or 18).
+#ifndef HELIXMLA_TC_FP8_STEPS_48_CHUNK_STEPS
+#define HELIXMLA_TC_FP8_STEPS_48_CHUNK_STEPS 3
+#endif
 // 48-row tiles of fp8 KV (33-48 rows: suite case 10's 48 heads) on fp8
 // matrix steps, tokens as M and rows as N as in decode_tile_fp8_steps, but
 // O^T of 48 rows over all 512 latents would take 192 registers a thread,
@@ -2963,7 +2980,7 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
   constexpr int R = L::kRows;
   constexpr int kCols = R / 4;   // this thread's rows n = 8 (c / 2) + 2 c4 + (c & 1), c < kCols
   constexpr int kAcc = R / 2;    // registers of an m64n48 accumulator
-  constexpr int kChunkSteps = 3;
+  constexpr int kChunkSteps = HELIXMLA_TC_FP8_STEPS_48_CHUNK_STEPS;
   constexpr int kSteps = kHeadDim / 32;
   static_assert(kSteps % kChunkSteps == 0, "S's chunks cover its steps");
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -3099,29 +3116,39 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
       const u32 stage = base + L::kKvOffset + (own % L::kStages) * L::kTileBytes;
       mbarrier_wait(bar0 + 8 * (own % L::kStages), (own / L::kStages) & 1);
       fence_proxy_async();
-      // One accumulator set (O^T holds 96 registers): each chunk is waited
-      // for and folded before the next; the other warpgroup's S fills the gap.
-      float s_acc[2 * kAcc];
-#pragma unroll
-      for (int chunk_i = 0; chunk_i < kSteps / kChunkSteps; ++chunk_i) {
+      // Q's low part in one chain of steps: its terms are 2^-4 of the high
+      // part's and the fp8 accumulator's precision costs little there. The
+      // high part in chunks of kChunkSteps, each summed into float32. One
+      // m64n48 accumulator at a time (O^T holds 96 registers a thread).
+      float acc[kAcc];
+      auto s_steps = [&](int first, int count, int part) {
         wgmma_fence();
 #pragma unroll
-        for (int k3 = 0; k3 < kChunkSteps; ++k3) {
-          const int step = kChunkSteps * chunk_i + k3, block = step / 4, k = step % 4;
+        for (int k3 = 0; k3 < count; ++k3) {
+          const int step = first + k3, block = step / 4, k = step % 4;
           const u64 a = block < 4 ? smem_desc_sw128(stage + block * L::kBlockBytes + 32 * k)
                                   : smem_desc_sw64(stage + L::kRopeOffset + 32 * k);
-          const u64 b = block < 4 ? smem_desc_sw128(q_base + block * L::kQBlockBytes + 32 * k)
-                                  : smem_desc_sw64(q_base + 4 * L::kQBlockBytes + 32 * k);
-          wgmma_m64n96k32_e4m3_ss(s_acc, a, b, k3 > 0);
+          const u64 b = block < 4
+                            ? smem_desc_sw128(q_base + block * L::kQBlockBytes + part * R * 128 + 32 * k)
+                            : smem_desc_sw64(q_base + 4 * L::kQBlockBytes + part * R * 64 + 32 * k);
+          if (k3 == 0) {
+            wgmma_m64n48k32_e4m3_ss<false>(acc, a, b);
+          } else {
+            wgmma_m64n48k32_e4m3_ss<true>(acc, a, b);
+          }
         }
         wgmma_commit();
         wgmma_wait<0>();
-        pin_registers(s_acc);
+        pin_registers(acc);
+      };
+      s_steps(0, kSteps, 1);
 #pragma unroll
-        for (int i = 0; i < kAcc; ++i) {
-          const float part = s_acc[i] + s_acc[kAcc + i];
-          s[i] = chunk_i == 0 ? part : s[i] + part;
-        }
+      for (int i = 0; i < kAcc; ++i) s[i] = acc[i];
+#pragma unroll
+      for (int chunk_i = 0; chunk_i < kSteps / kChunkSteps; ++chunk_i) {
+        s_steps(kChunkSteps * chunk_i, kChunkSteps, 0);
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) s[i] += acc[i];
       }
       const int tile_pos = w.kv_begin + own * T;
       const int pos0 = tile_pos + 16 * warp + g;

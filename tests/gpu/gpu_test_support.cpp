@@ -18,12 +18,6 @@
 
 namespace helixmla::testing {
 
-namespace {
-
-constexpr double kStatsTolerance = 1e-3;
-
-}  // namespace
-
 void check_cuda(cudaError_t status, const char* what) {
   if (status != cudaSuccess) throw RuntimeFailure(std::string(what) + ": " + cudaGetErrorString(status));
 }
@@ -74,7 +68,7 @@ void expect_within_tolerance(const SyntheticBatch& host, const Problem& problem,
       << out.non_finite;
   if (problem.stats.present()) {
     const StatsComparison stats = compare_stats(host.stats_, reference.stats);
-    EXPECT_TRUE(stats.within(kStatsTolerance))
+    EXPECT_TRUE(stats.within(stats_tolerance(problem.kv.dtype)))
         << label << ": stats m err " << stats.max_m_err << ", l rel err " << stats.max_l_rel_err
         << ", empty mismatches " << stats.empty_mismatches << ", non-finite " << stats.non_finite;
   }
