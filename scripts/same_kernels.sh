@@ -51,6 +51,11 @@ instantiations() {
         echo "template __global__ void helixmla_tc::mla_decode_kernel<16, $page, helixmla_tc::$elem," \
              "helixmla_tc::kKvFp8, helixmla_tc::kEngineFp8Steps>($params);"
       fi
+      if grep -q "Fp8StepsSplitLatentsLayout" "$tree/src/cuda/tensorcore_kernel.cuh"; then
+        # Its 48-row tiles (session 30).
+        echo "template __global__ void helixmla_tc::mla_decode_kernel<48, $page, helixmla_tc::$elem," \
+             "helixmla_tc::kKvFp8, helixmla_tc::kEngineFp8Steps>($params);"
+      fi
     done
   done
 }

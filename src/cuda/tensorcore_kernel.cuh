@@ -2951,7 +2951,8 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
 }
 
 // Steps of S's high part summed in the fp8 accumulator before each float32
-// sum (an A/B knob: 3, 6, 9 or 18).
+// sum (an A/B knob: 3, 6, 9 or 18; 6 and 18 ran case 10 0.5% and 1.5%
+// faster than 3, session 30).
 #ifndef HELIXMLA_TC_FP8_STEPS_48_CHUNK_STEPS
 #define HELIXMLA_TC_FP8_STEPS_48_CHUNK_STEPS 3
 #endif
@@ -2960,16 +2961,16 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
 // O^T of 48 rows over all 512 latents would take 192 registers a thread,
 // so the warpgroups split the latents instead of the tiles (the prototype
 // bench/prototypes/swapped_fp8_native.cu, session 28: case 10's shape in
-// 255 us against 358 on the producer build). Tiles go in pairs: warpgroup
-// w computes S^T of tile 2 i + w and writes its P^T; the block agrees on
-// one reference maximum per row; then each warpgroup multiplies both
-// tiles' P^T into O^T of its 256 latents. Each warpgroup copies the
+// 255 us against 358 on the producer build; this engine 292, session 30).
+// Tiles go in pairs: warpgroup w computes S^T of tile 2 i + w and writes
+// its P^T; the block agrees on one reference maximum per row; then each
+// warpgroup multiplies both tiles' P^T into O^T of its 256 latents. Each warpgroup copies the
 // columns its P V reads into every stage (warpgroup 0 also the rope), so
 // a stage's mbarrier counts the whole block.
 //
 // Accuracy as in the 16-row engine: Q' = Q q_scale with q_scale a power of
 // two, here in two e4m3 parts (bf16's 8 significant bits exactly, fp16's
-// 11 to 8), S summed in float32 over chunks of three steps, P^T's high
+// 11 to 8), S's high part summed in float32 every few steps, P^T's high
 // part in e5m2 and the rest in e4m3. A row's S factor and KV bound stay
 // in shared memory (12 rows a thread: registers hold O^T, S and the
 // row's maxima and l); tiles before the first bound skip the masking.
