@@ -140,7 +140,9 @@ TensorcoreVariant tensorcore_variant(std::int32_t heads, std::int32_t q_len, std
 }
 
 bool tensorcore_fp8_steps_enabled() { return HELIXMLA_TC_FP8_STEPS != 0; }
-bool tensorcore_48_row_tiles_enabled() { return tensorcore_uses_48_row_tiles(kTensorcoreFp8StepsWideRows, DType::fp8_e4m3); }
+bool tensorcore_48_row_tiles_enabled() {
+  return tensorcore_uses_48_row_tiles(kTensorcoreFp8StepsWideRows, DType::fp8_e4m3);
+}
 
 TensorcoreVariant tensorcore_variant_for(const PhaseShape& shape) {
   return tensorcore_variant(shape.num_heads, shape.q_len, shape.page_size, shape.q_dtype, shape.kv_dtype,
