@@ -2545,6 +2545,41 @@ __device__ __forceinline__ bool barrier_any(int id, bool p) {
   return r != 0;
 }
 
+// The fp8-steps engines' shared pieces.
+// A KV row's pool slot (page * PAGE + offset), -1 past the item's range:
+// row `row` of tile `tile` of T tokens.
+template <int PAGE, int T>
+__device__ __forceinline__ int fp8_steps_slot(const WorkItem& w, const int* page_row, int tile, int row) {
+  const unsigned pos = static_cast<unsigned>(w.kv_begin + tile * T + row);
+  return pos < static_cast<unsigned>(w.kv_end) ? page_row[pos / PAGE] * PAGE + static_cast<int>(pos % PAGE) : -1;
+}
+// P of row n at positions x0 and x0 + 1 (`a`, `b`) into P^T at `p_buf` in
+// two parts: bytes [0, 64) of the row the high part in e5m2 (P runs from
+// 2^8 down past 2^-16 before it is lost; in e4m3 it was lost below about
+// 2^-10, a long tail's whole mass under one dominant token), bytes
+// [64, 128) the rest in e4m3; together about 8 significant bits.
+__device__ __forceinline__ void store_p_parts(u32 p_buf, int n, int x0, float a, float b) {
+  const u16 hi = to_fp8x2<true>(a, b);
+  float ba, bb;
+  from_fp8x2<true>(hi, ba, bb);
+  const u16 lo = to_fp8x2<false>(a - ba, b - bb);
+  asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(p_buf + swizzle128(n, x0)), "h"(hi) : "memory");
+  asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(p_buf + swizzle128(n, 64 + x0)), "h"(lo) : "memory");
+}
+// Four latents of row n's output from `latent` on: into out for a whole
+// item, into the split's partial entry otherwise.
+template <int ELEM>
+__device__ __forceinline__ void store_out_latents(const Params& p, const WorkItem& w, long long row0, int n,
+                                                  int latent, const float (&v)[4]) {
+  if (w.split < 0) {
+    u32* out = reinterpret_cast<u32*>(static_cast<u16*>(p.out) + (row0 + n) * kLatent + latent);
+    *reinterpret_cast<uint2*>(out) = make_uint2(pack2<ELEM>(v[0], v[1]), pack2<ELEM>(v[2], v[3]));
+  } else {
+    *reinterpret_cast<float4*>(p.partial_out + split_entry(w, n) * kLatent + latent) =
+        make_float4(v[0], v[1], v[2], v[3]);
+  }
+}
+
 template <int PAGE, int ELEM>
 __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
   typedef Fp8StepsLayout L;
@@ -2636,10 +2671,7 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
   // lanes to a row. A row's pool slot (page * PAGE + offset, -1 past the
   // item's range) is looked up by lane l & 15 a tile ahead and passed by
   // shuffle.
-  auto slot_of = [&](int tile) {
-    const unsigned pos = static_cast<unsigned>(w.kv_begin + tile * T + 16 * warp + (lane & 15));
-    return pos < static_cast<unsigned>(w.kv_end) ? page_row[pos / PAGE] * PAGE + static_cast<int>(pos % PAGE) : -1;
-  };
+  auto slot_of = [&](int tile) { return fp8_steps_slot<PAGE, T>(w, page_row, tile, 16 * warp + (lane & 15)); };
   const int main_dst = (lane / 8) * L::kBlockBytes + 16 * warp * 128;
   const int rope_row = 16 * warp + (lane >> 2);
   const int rope_dst = L::kRopeOffset + swizzle64(rope_row, (lane & 3) * 16);
@@ -2775,24 +2807,15 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
       }
       named_barrier_sync(own_barrier, 128);  // scratch is read before anyone's next write
     }
-    // P^T in two parts: row n, bytes [0, 64) the high part in e5m2 (P runs
-    // from 2^8 down past 2^-16 before it is lost; in e4m3 it was lost below
-    // about 2^-10, a long tail's whole mass under one dominant token), bytes
-    // [64, 128) the rest in e4m3; together about 8 significant bits.
-    // Positions x0 (token row g) and x0 + 1 (g + 8) as one u16.
+    // P^T in two parts (store_p_parts): token rows g and g + 8 at positions
+    // x0 and x0 + 1.
 #pragma unroll
     for (int col = 0; col < 4; ++col) {
       const int i = 4 * (col / 2) + (col & 1);
       const float sub = m_ref[col] == neg_inf() ? 0.0f : m_ref[col];
       const float a = fast_exp2(s[i] - sub), b = fast_exp2(s[i + 2] - sub);
       l_run[col] += a + b;
-      const u16 hi = to_fp8x2<true>(a, b);
-      float ba, bb;
-      from_fp8x2<true>(hi, ba, bb);
-      const u16 lo = to_fp8x2<false>(a - ba, b - bb);
-      const int n = 8 * (col / 2) + 2 * c4 + (col & 1);
-      asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(p_own + swizzle128(n, x0)), "h"(hi) : "memory");
-      asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(p_own + swizzle128(n, 64 + x0)), "h"(lo) : "memory");
+      store_p_parts(p_own, 8 * (col / 2) + 2 * c4 + (col & 1), x0, a, b);
     }
     fence_proxy_async();
     named_barrier_sync(own_barrier, 128);
@@ -2924,7 +2947,6 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
       store_row_stats(p, w, row0, n, m, l);
     }
   }
-  const bool direct = w.split < 0;
 #pragma unroll
   for (int col = 0; col < 4; ++col) {
     const int n = 8 * (col / 2) + 2 * c4 + (col & 1);
@@ -2939,13 +2961,7 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
         const int m = 2 * q + (k >> 1), i = i0 + 2 * (k & 1);
         v[k] = (o[m][i] * a0[col] + hand_o[(m * 8 + i) * 128 + t] * a1[col]) * inv[col];
       }
-      if (direct) {
-        u32* out = reinterpret_cast<u32*>(static_cast<u16*>(p.out) + (row0 + n) * kLatent + latent);
-        *reinterpret_cast<uint2*>(out) = make_uint2(pack2<ELEM>(v[0], v[1]), pack2<ELEM>(v[2], v[3]));
-      } else {
-        *reinterpret_cast<float4*>(p.partial_out + split_entry(w, n) * kLatent + latent) =
-            make_float4(v[0], v[1], v[2], v[3]);
-      }
+      store_out_latents<ELEM>(p, w, row0, n, latent, v);
     }
   }
 }
@@ -3058,10 +3074,7 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
   // Copies: warpgroup w takes latent bytes [256 w, 256 w + 256) of every
   // row, warpgroup 0 also the rope. Warp w of it rows 16 w .. 16 w + 15,
   // two rows an instruction, 16 lanes a row. Slots as in decode_tile_fp8_steps.
-  auto slot_of = [&](int tile) {
-    const unsigned pos = static_cast<unsigned>(w.kv_begin + tile * T + 16 * warp + (lane & 15));
-    return pos < static_cast<unsigned>(w.kv_end) ? page_row[pos / PAGE] * PAGE + static_cast<int>(pos % PAGE) : -1;
-  };
+  auto slot_of = [&](int tile) { return fp8_steps_slot<PAGE, T>(w, page_row, tile, 16 * warp + (lane & 15)); };
   const int half = lane >> 4, chunk = 16 * wg + (lane & 15);
   const int main_dst = (chunk / 8) * L::kBlockBytes + (16 * warp + half) * 128;
   const int rope_row = 16 * warp + (lane >> 2);
@@ -3199,7 +3212,7 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
       }
       named_barrier_sync(kFp8StepsBlockBarrier, kThreads);  // scratch is read before anyone's next write
     }
-    // P^T of this warpgroup's tile in two parts, as in decode_tile_fp8_steps.
+    // P^T of this warpgroup's tile in two parts (store_p_parts).
     const u32 p_own = base + L::kPOffset + ((pair & 1) * 2 + wg) * L::kPBytes;
 #pragma unroll
     for (int c = 0; c < kCols; ++c) {
@@ -3207,13 +3220,7 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
       const float sub = m_ref[c] == neg_inf() ? 0.0f : m_ref[c];
       const float a = fast_exp2(s[i] - sub), b = fast_exp2(s[i + 2] - sub);
       l_run[c] += a + b;
-      const u16 hi = to_fp8x2<true>(a, b);
-      float ba, bb;
-      from_fp8x2<true>(hi, ba, bb);
-      const u16 lo = to_fp8x2<false>(a - ba, b - bb);
-      const int n = 8 * (c / 2) + 2 * c4 + (c & 1);
-      asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(p_own + swizzle128(n, x0)), "h"(hi) : "memory");
-      asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(p_own + swizzle128(n, 64 + x0)), "h"(lo) : "memory");
+      store_p_parts(p_own, 8 * (c / 2) + 2 * c4 + (c & 1), x0, a, b);
     }
     fence_proxy_async();
     named_barrier_sync(kFp8StepsBlockBarrier, kThreads);
@@ -3302,7 +3309,6 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
     for (int c = 0; c < kCols; ++c) scratch_s[block_warp * R + 8 * (c / 2) + 2 * c4 + (c & 1)] = m_top[c];
   }
   named_barrier_sync(kFp8StepsBlockBarrier, kThreads);
-  const bool direct = w.split < 0;
 #pragma unroll
   for (int c = 0; c < kCols; ++c) {
     const int n = 8 * (c / 2) + 2 * c4 + (c & 1);
@@ -3326,13 +3332,7 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
       float v[4];
 #pragma unroll
       for (int k = 0; k < 4; ++k) v[k] = o[2 * q + (k >> 1)][i0 + 2 * (k & 1)] * inv;
-      if (direct) {
-        u32* out = reinterpret_cast<u32*>(static_cast<u16*>(p.out) + (row0 + n) * kLatent + latent);
-        *reinterpret_cast<uint2*>(out) = make_uint2(pack2<ELEM>(v[0], v[1]), pack2<ELEM>(v[2], v[3]));
-      } else {
-        *reinterpret_cast<float4*>(p.partial_out + split_entry(w, n) * kLatent + latent) =
-            make_float4(v[0], v[1], v[2], v[3]);
-      }
+      store_out_latents<ELEM>(p, w, row0, n, latent, v);
     }
   }
 }
