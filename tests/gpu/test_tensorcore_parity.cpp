@@ -10,8 +10,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/tensorcore_backend.hpp"
@@ -370,36 +372,34 @@ TEST(TensorcoreEngines, MmaSyncEngineOfSixteenRowFp8TilesMatchesReference) {
   }
 }
 
-// The fp8-steps engine runs 16-row tiles of fp8 KV, forced here (the parity
-// tests elsewhere run it too, by the catalog's choice) over every page
-// class (a page a row, a page size that is not a power of two, pages under
-// and over its 64-token tile), 16 rows as heads or verify groups and fewer
-// rows than 16 (the rest padding), requests shorter than a tile, partial
-// and odd tile counts (one warpgroup's tiles only), items split over long
-// requests, Helix per-token bounds with tokens that see nothing, fp16 Q,
-// and statistics.
-TEST(TensorcoreEngines, Fp8StepsEngineMatchesReferenceAcrossPagesAndVerifyGroups) {
-  SKIP_WITHOUT_TENSORCORE();
-  if (!Environment::detect().nvrtc) GTEST_SKIP() << "no NVRTC";
+// The fp8-steps engine forced (the parity tests elsewhere run it too, by
+// the catalog's choice) on requests of each (heads, q_len) in `shapes`,
+// over every page class (a page a row, a page size that is not a power of
+// two, pages under and over its 64-token tile) with the requests `kv_len`;
+// then `heads` heads on items split over a long request and with fp16 Q,
+// and verify groups of four at `helix_heads` heads under Helix per-token
+// bounds with tokens that see nothing. Statistics throughout.
+void expect_fp8_steps_engine_matches(std::initializer_list<std::pair<std::int32_t, std::int32_t>> shapes,
+                                     const std::vector<std::int32_t>& kv_len, std::int32_t heads,
+                                     std::int32_t helix_heads) {
   for (std::int32_t page : {1, 3, 16, 64, 128}) {
-    for (const auto& [heads, q_len] :
-         {std::pair{16, 1}, std::pair{8, 2}, std::pair{4, 4}, std::pair{13, 1}, std::pair{1, 1}}) {
-      BatchSpec spec = decode_spec(heads, q_len, page, DType::fp8_e4m3);
-      spec.kv_len = {5, 301, 130, 1000, 64, 65, 128};
+    for (const auto& [h, q_len] : shapes) {
+      BatchSpec spec = decode_spec(h, q_len, page, DType::fp8_e4m3);
+      spec.kv_len = kv_len;
       spec.generations = static_cast<std::int32_t>(spec.kv_len.size());
       expect_engine_matches(spec, false, false, true);
     }
   }
-  BatchSpec split = decode_spec(16, 1, 64, DType::fp8_e4m3);
+  BatchSpec split = decode_spec(heads, 1, 64, DType::fp8_e4m3);
   split.kv_len = {20000, 70};
   split.generations = 2;
   expect_engine_matches(split, false, false, true);
-  BatchSpec fp16 = decode_spec(16, 1, 64, DType::fp8_e4m3);
+  BatchSpec fp16 = decode_spec(heads, 1, 64, DType::fp8_e4m3);
   fp16.q_dtype = DType::fp16;
   fp16.kv_len = {777, 64, 2048};
   fp16.generations = 3;
   expect_engine_matches(fp16, false, false, true);
-  BatchSpec helix = decode_spec(4, 4, 16, DType::fp8_e4m3);
+  BatchSpec helix = decode_spec(helix_heads, 4, 16, DType::fp8_e4m3);
   helix.kv_len = {70, 1000, 3};
   helix.generations = 3;
   std::vector<std::int32_t> bounds;
@@ -409,42 +409,25 @@ TEST(TensorcoreEngines, Fp8StepsEngineMatchesReferenceAcrossPagesAndVerifyGroups
   expect_engine_matches(helix, false, false, true, bounds);
 }
 
-// The fp8-steps engine's 48-row tiles (33-48 rows of fp8 KV; the
-// warpgroups split the latents and take the tiles in pairs), forced here
-// whatever HELIXMLA_TC_FP8_STEPS_48_ROWS says: every page class, 48 rows as
-// heads or verify groups and fewer (the rest padding), requests shorter
-// than a tile, odd tile counts (a pair's second tile past the range),
-// items split over a long request, Helix per-token bounds with tokens that
-// see nothing, fp16 Q, and statistics.
+// 16-row tiles: 16 rows as heads or verify groups and fewer (the rest
+// padding); requests shorter than a tile, partial and odd tile counts (one
+// warpgroup's tiles only).
+TEST(TensorcoreEngines, Fp8StepsEngineMatchesReferenceAcrossPagesAndVerifyGroups) {
+  SKIP_WITHOUT_TENSORCORE();
+  if (!Environment::detect().nvrtc) GTEST_SKIP() << "no NVRTC";
+  expect_fp8_steps_engine_matches({{16, 1}, {8, 2}, {4, 4}, {13, 1}, {1, 1}}, {5, 301, 130, 1000, 64, 65, 128}, 16,
+                                  4);
+}
+
+// 48-row tiles (33-48 rows; the warpgroups split the latents and take the
+// tiles in pairs), whatever HELIXMLA_TC_FP8_STEPS_48_ROWS says: 48 rows as
+// heads or verify groups and fewer; requests shorter than a tile, odd tile
+// counts (a pair's second tile past the range).
 TEST(TensorcoreEngines, Fp8StepsEngineOf48RowTilesMatchesReference) {
   SKIP_WITHOUT_TENSORCORE();
   if (!Environment::detect().nvrtc) GTEST_SKIP() << "no NVRTC";
-  for (std::int32_t page : {1, 3, 16, 64, 128}) {
-    for (const auto& [heads, q_len] :
-         {std::pair{48, 1}, std::pair{24, 2}, std::pair{16, 3}, std::pair{40, 1}, std::pair{33, 1}}) {
-      BatchSpec spec = decode_spec(heads, q_len, page, DType::fp8_e4m3);
-      spec.kv_len = {5, 301, 130, 1000, 64, 65, 129};
-      spec.generations = static_cast<std::int32_t>(spec.kv_len.size());
-      expect_engine_matches(spec, false, false, true);
-    }
-  }
-  BatchSpec split = decode_spec(48, 1, 64, DType::fp8_e4m3);
-  split.kv_len = {20000, 70};
-  split.generations = 2;
-  expect_engine_matches(split, false, false, true);
-  BatchSpec fp16 = decode_spec(48, 1, 64, DType::fp8_e4m3);
-  fp16.q_dtype = DType::fp16;
-  fp16.kv_len = {777, 64, 2048};
-  fp16.generations = 3;
-  expect_engine_matches(fp16, false, false, true);
-  BatchSpec helix = decode_spec(12, 4, 16, DType::fp8_e4m3);
-  helix.kv_len = {70, 1000, 3};
-  helix.generations = 3;
-  std::vector<std::int32_t> bounds;
-  for (std::int32_t kv : helix.kv_len) {
-    for (std::int32_t t = 0; t < 4; ++t) bounds.push_back(t < 2 ? 0 : std::min(kv, kv / 2 + 7 * t));
-  }
-  expect_engine_matches(helix, false, false, true, bounds);
+  expect_fp8_steps_engine_matches({{48, 1}, {24, 2}, {16, 3}, {40, 1}, {33, 1}}, {5, 301, 130, 1000, 64, 65, 129},
+                                  48, 12);
 }
 
 // Makes KV position 0 of every request dominate: its key becomes the sum of
@@ -495,7 +478,6 @@ void dominate_first_token(SyntheticBatch& host, double gap) {
 TEST(TensorcoreEngines, Fp8StepsEngineKeepsALongTailUnderADominantToken) {
   SKIP_WITHOUT_TENSORCORE();
   for (std::int32_t heads : {16, 48}) {
-    if (heads == 48 && !Environment::detect().nvrtc) continue;  // forced where the catalog may not pick it
     BatchSpec spec = decode_spec(heads, 1, 64, DType::fp8_e4m3);
     spec.kv_len = {8192, 3000};
     spec.generations = 2;
