@@ -2546,13 +2546,33 @@ __device__ __forceinline__ bool barrier_any(int id, bool p) {
 }
 
 // The fp8-steps engines' shared pieces.
-// A KV row's pool slot (page * PAGE + offset), -1 past the item's range:
-// row `row` of tile `tile` of T tokens.
+// Where the fp8-steps engines' copies find a tile's rows in the pool. Lane
+// l of a warp copying rows 16 w .. 16 w + 15 looks up the page of row
+// 16 w + (l & 15) when a refill is decided, a stage's work before the copy
+// (`lookup`), and keeps the raw page id: the load's latency then hides
+// until the copy. A slot computed at the lookup stalled there (3% of case
+// 10's samples; keeping the raw id took case 10 from 293 to 284 us and
+// case 11 from 163 to 156-159). The copy passes slots on by shuffle (`slot`).
 template <int PAGE, int T>
-__device__ __forceinline__ int fp8_steps_slot(const WorkItem& w, const int* page_row, int tile, int row) {
-  const unsigned pos = static_cast<unsigned>(w.kv_begin + tile * T + row);
-  return pos < static_cast<unsigned>(w.kv_end) ? page_row[pos / PAGE] * PAGE + static_cast<int>(pos % PAGE) : -1;
-}
+struct Fp8StepsRows {
+  const WorkItem& w;
+  const int* page_row;
+  int lane_row;  // 16 w + (l & 15)
+
+  __device__ __forceinline__ Fp8StepsRows(const WorkItem& item, const int* pages, int warp, int lane)
+      : w(item), page_row(pages), lane_row(16 * warp + (lane & 15)) {}
+  // The page of this lane's row of tile `tile`, -1 past the item's range.
+  __device__ __forceinline__ int lookup(int tile) const {
+    const unsigned pos = static_cast<unsigned>(w.kv_begin + tile * T + lane_row);
+    return pos < static_cast<unsigned>(w.kv_end) ? page_row[pos / PAGE] : -1;
+  }
+  // The pool slot of row 16 w + `row` of tile `tile` (`row` < 16, per
+  // lane), -1 past the range; `page` is this lane's lookup of the tile.
+  __device__ __forceinline__ int slot(int tile, int page, int row) const {
+    const unsigned pos = static_cast<unsigned>(w.kv_begin + tile * T + lane_row);
+    return __shfl_sync(0xffffffffu, page < 0 ? -1 : page * PAGE + static_cast<int>(pos % PAGE), row);
+  }
+};
 // P of row n at positions x0 and x0 + 1 (`a`, `b`) into P^T at `p_buf` in
 // two parts: bytes [0, 64) of the row the high part in e5m2 (P runs from
 // 2^8 down past 2^-16 before it is lost; in e4m3 it was lost below about
@@ -2668,30 +2688,28 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
 
   // Copies: warp w of the owning warpgroup takes rows 16 w .. 16 w + 15 of
   // a tile, lane l chunk l of a row's 512 latent bytes, and the rope four
-  // lanes to a row. A row's pool slot (page * PAGE + offset, -1 past the
-  // item's range) is looked up by lane l & 15 a tile ahead and passed by
-  // shuffle.
-  auto slot_of = [&](int tile) { return fp8_steps_slot<PAGE, T>(w, page_row, tile, 16 * warp + (lane & 15)); };
+  // lanes to a row (rows looked up as Fp8StepsRows says).
+  const Fp8StepsRows<PAGE, T> rows(w, page_row, warp, lane);
   const int main_dst = (lane / 8) * L::kBlockBytes + 16 * warp * 128;
   const int rope_row = 16 * warp + (lane >> 2);
   const int rope_dst = L::kRopeOffset + swizzle64(rope_row, (lane & 3) * 16);
-  auto load_tile = [&](int tile, int slot) {
+  auto load_tile = [&](int tile, int page) {
     unsigned char* dst = smem + L::kKvOffset + (tile % L::kStages) * L::kTileBytes;
 #pragma unroll
     for (int k = 0; k < 16; ++k) {
-      const int s = __shfl_sync(0xffffffffu, slot, k);
+      const int s = rows.slot(tile, page, k);
       const unsigned char* src = pool + static_cast<long long>(s < 0 ? 0 : s) * kHeadDim + lane * 16;
       cp_async_16(dst + main_dst + k * 128 + (((lane ^ k) & 7) << 4), src, s >= 0);
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int s = __shfl_sync(0xffffffffu, slot, (lane >> 2) + 8 * h);
+      const int s = rows.slot(tile, page, (lane >> 2) + 8 * h);
       const unsigned char* src = pool + static_cast<long long>(s < 0 ? 0 : s) * kHeadDim + kLatent + (lane & 3) * 16;
       cp_async_16(dst + rope_dst + h * 8 * 64, src, s >= 0);
     }
     cp_async_arrive(bar0 + 8 * (tile % L::kStages));
   };
-  for (int tile = wg; tile < n_tiles && tile < L::kStages; tile += 2) load_tile(tile, slot_of(tile));
+  for (int tile = wg; tile < n_tiles && tile < L::kStages; tile += 2) load_tile(tile, rows.lookup(tile));
 
   float o[8][8];  // O^T m-block 2 q + b: latents 128 q + 4 (8 warp + g) + 2 b (rows g) / + 1 (rows g + 8)
 #pragma unroll
@@ -2720,7 +2738,7 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
 
   for (int tile = wg; tile < n_tiles; tile += 2) {
     const int refill = tile + L::kStages;
-    const int refill_slot = refill < n_tiles ? slot_of(refill) : -1;
+    const int refill_page = refill < n_tiles ? rows.lookup(refill) : -1;
     const u32 stage = base + L::kKvOffset + (tile % L::kStages) * L::kTileBytes;
     mbarrier_wait(bar0 + 8 * (tile % L::kStages), (tile / L::kStages) & 1);
     fence_proxy_async();
@@ -2863,7 +2881,7 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
     for (int m = 0; m < 8; ++m) pin_registers(o[m]);
     // Every warp of the warpgroup is done with the stage: refill it.
     named_barrier_sync(own_barrier, 128);
-    if (refill < n_tiles) load_tile(refill, refill_slot);
+    if (refill < n_tiles) load_tile(refill, refill_page);
   }
 
   // l and the true maximum per row over the warpgroup: lanes, then warps.
@@ -3073,32 +3091,32 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
 
   // Copies: warpgroup w takes latent bytes [256 w, 256 w + 256) of every
   // row, warpgroup 0 also the rope. Warp w of it rows 16 w .. 16 w + 15,
-  // two rows an instruction, 16 lanes a row. Slots as in decode_tile_fp8_steps.
-  auto slot_of = [&](int tile) { return fp8_steps_slot<PAGE, T>(w, page_row, tile, 16 * warp + (lane & 15)); };
+  // two rows an instruction, 16 lanes a row (rows looked up as Fp8StepsRows says).
+  const Fp8StepsRows<PAGE, T> rows(w, page_row, warp, lane);
   const int half = lane >> 4, chunk = 16 * wg + (lane & 15);
   const int main_dst = (chunk / 8) * L::kBlockBytes + (16 * warp + half) * 128;
   const int rope_row = 16 * warp + (lane >> 2);
   const int rope_dst = L::kRopeOffset + swizzle64(rope_row, (lane & 3) * 16);
-  auto load_tile = [&](int tile, int slot) {
+  auto load_tile = [&](int tile, int page) {
     unsigned char* dst = smem + L::kKvOffset + (tile % L::kStages) * L::kTileBytes;
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
       const int row = 2 * k + half;
-      const int s = __shfl_sync(0xffffffffu, slot, row);
+      const int s = rows.slot(tile, page, row);
       const unsigned char* src = pool + static_cast<long long>(s < 0 ? 0 : s) * kHeadDim + chunk * 16;
       cp_async_16(dst + main_dst + 2 * k * 128 + (((chunk ^ row) & 7) << 4), src, s >= 0);
     }
     if (wg == 0) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int s = __shfl_sync(0xffffffffu, slot, (lane >> 2) + 8 * h);
+        const int s = rows.slot(tile, page, (lane >> 2) + 8 * h);
         const unsigned char* src = pool + static_cast<long long>(s < 0 ? 0 : s) * kHeadDim + kLatent + (lane & 3) * 16;
         cp_async_16(dst + rope_dst + h * 8 * 64, src, s >= 0);
       }
     }
     cp_async_arrive(bar0 + 8 * (tile % L::kStages));
   };
-  for (int tile = 0; tile < n_tiles && tile < L::kStages; ++tile) load_tile(tile, slot_of(tile));
+  for (int tile = 0; tile < n_tiles && tile < L::kStages; ++tile) load_tile(tile, rows.lookup(tile));
 
   float o[4][kAcc];  // O^T m-block 2 q + b: latents 256 wg + 128 q + 4 (8 warp + g) + 2 b (rows g) / + 1 (rows g + 8)
 #pragma unroll
@@ -3122,8 +3140,8 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
   for (int pair = 0; 2 * pair < n_tiles; ++pair) {
     const int own = 2 * pair + wg;
     const int refill = 2 * pair + L::kStages;  // refill and refill + 1 go into this pair's stages
-    const int refill_slot0 = refill < n_tiles ? slot_of(refill) : -1;
-    const int refill_slot1 = refill + 1 < n_tiles ? slot_of(refill + 1) : -1;
+    const int refill_page0 = refill < n_tiles ? rows.lookup(refill) : -1;
+    const int refill_page1 = refill + 1 < n_tiles ? rows.lookup(refill + 1) : -1;
     // s[4 j + 2 h + e]: token 16 warp + g + 8 h, row 8 j + 2 c4 + e.
     float s[kAcc];
     {
@@ -3276,8 +3294,8 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
     // S of both tiles was done before the block barrier above; once this
     // warpgroup's P V is too, its columns of the pair's stages are free.
     named_barrier_sync(own_barrier, 128);
-    if (refill < n_tiles) load_tile(refill, refill_slot0);
-    if (refill + 1 < n_tiles) load_tile(refill + 1, refill_slot1);
+    if (refill < n_tiles) load_tile(refill, refill_page0);
+    if (refill + 1 < n_tiles) load_tile(refill + 1, refill_page1);
   }
 
   // l and the true maximum per row over the block: lanes, then all eight warps.
