@@ -2586,6 +2586,51 @@ __device__ __forceinline__ void store_p_parts(u32 p_buf, int n, int x0, float a,
   asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(p_buf + swizzle128(n, x0)), "h"(hi) : "memory");
   asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(p_buf + swizzle128(n, 64 + x0)), "h"(lo) : "memory");
 }
+// A query row for the fp8-steps engines' Q parts, a warp per row: this
+// lane's 18 values (pairs lane + 32 k, zero where the row is past the
+// request's last) and q_scale, a power of two that puts the row's largest
+// magnitude in [128, 256): exponent field f has 2^(f - 127) <= amax <
+// 2^(f - 126), and 2^(134 - f) moves amax to [2^7, 2^8). Zero, Inf and NaN
+// rows stay unscaled.
+template <int ELEM>
+__device__ __forceinline__ float load_q_row(const Params& p, long long row, bool valid, int lane, float (&v)[18]) {
+  const u32* q = reinterpret_cast<const u32*>(static_cast<const u16*>(p.q) + row * kHeadDim);
+  float amax = 0.0f;
+#pragma unroll
+  for (int k = 0; k < 9; ++k) {
+    unpack2<ELEM>(valid ? q[lane + 32 * k] : 0u, v[2 * k], v[2 * k + 1]);
+    amax = fmaxf(amax, fmaxf(fabsf(v[2 * k]), fabsf(v[2 * k + 1])));
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const int field = __float_as_int(amax) >> 23;
+  const int exponent = 261 - field < 1 ? 1 : (261 - field > 254 ? 254 : 261 - field);
+  return field == 0 || field == 255 ? 1.0f : __int_as_float(exponent << 23);
+}
+// V^T fragments of one 128-latent block of a 32-token step for fp8 P V:
+// this thread's word (4 latents) of each token row at `row_base` (the
+// block's first row of the step) + v_off, rows 2 c4 + {0, 8, 1, 9, 16, 24,
+// 17, 25}, transposed by byte permutes into the A registers of the block's
+// two m-blocks (f[b]: positions 4 c4 .. and 16 + 4 c4 ..).
+__device__ __forceinline__ void load_vt_fragments(u32 row_base, const u32 (&v_off)[2], u32 (&f)[2][4]) {
+  constexpr int kRow[8] = {0, 8, 0, 8, 16, 24, 16, 24};
+  u32 word[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(word[i]) : "r"(row_base + kRow[i] * 128 + v_off[(i >> 1) & 1]));
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const u32 x01 = byte_perm(word[4 * h], word[4 * h + 1], 0x5140);
+    const u32 x23 = byte_perm(word[4 * h + 2], word[4 * h + 3], 0x5140);
+    const u32 y01 = byte_perm(word[4 * h], word[4 * h + 1], 0x7362);
+    const u32 y23 = byte_perm(word[4 * h + 2], word[4 * h + 3], 0x7362);
+    f[0][2 * h] = byte_perm(x01, x23, 0x5410);
+    f[0][2 * h + 1] = byte_perm(x01, x23, 0x7632);
+    f[1][2 * h] = byte_perm(y01, y23, 0x5410);
+    f[1][2 * h + 1] = byte_perm(y01, y23, 0x7632);
+  }
+}
 // Four latents of row n's output from `latent` on: into out for a whole
 // item, into the split's partial entry otherwise.
 template <int ELEM>
@@ -2628,28 +2673,13 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
     for (int s = 0; s < L::kStages; ++s) mbarrier_init(bar0 + 8 * s, 128);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  // Q' = Q q_scale in three e4m3 parts, a warp per row: q_scale, a power
-  // of two, puts the row's largest magnitude in [128, 256), so Q q_scale
-  // keeps Q's bits and the three parts (4 significant bits each) hold
-  // bf16's 8 and fp16's 11 exactly down to e4m3's subnormals. Rows past
-  // the request's last are zero.
+  // Q' = Q q_scale in three e4m3 parts, a warp per row (load_q_row):
+  // Q q_scale keeps Q's bits and the three parts (4 significant bits each)
+  // hold bf16's 8 and fp16's 11 exactly down to e4m3's subnormals. Rows
+  // past the request's last are zero.
   for (int r = tid >> 5; r < R; r += 8) {
-    const bool valid = w.row_begin + r < rows_total;
-    const u32* q = reinterpret_cast<const u32*>(static_cast<const u16*>(p.q) + (row0 + r) * kHeadDim);
     float v[18];
-    float amax = 0.0f;
-#pragma unroll
-    for (int k = 0; k < 9; ++k) {
-      unpack2<ELEM>(valid ? q[lane + 32 * k] : 0u, v[2 * k], v[2 * k + 1]);
-      amax = fmaxf(amax, fmaxf(fabsf(v[2 * k]), fabsf(v[2 * k + 1])));
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    // Exponent field f: 2^(f - 127) <= amax < 2^(f - 126); 2^(134 - f) moves
-    // amax to [2^7, 2^8). Zero, Inf and NaN rows stay unscaled.
-    const int field = __float_as_int(amax) >> 23;
-    const int exponent = 261 - field < 1 ? 1 : (261 - field > 254 ? 254 : 261 - field);
-    const float q_scale = field == 0 || field == 255 ? 1.0f : __int_as_float(exponent << 23);
+    const float q_scale = load_q_row<ELEM>(p, row0 + r, w.row_begin + r < rows_total, lane, v);
     if (lane == 0) factor_s[r] = p.scale_log2 / q_scale;
 #pragma unroll
     for (int k = 0; k < 9; ++k) {
@@ -2845,26 +2875,7 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
       u32 f[4][2][4];  // [block q][m-block b][register]
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
-        const u32 row_base = stage + q * L::kBlockBytes + 32 * kk * 128;
-        constexpr int kRow[8] = {0, 8, 0, 8, 16, 24, 16, 24};
-        u32 word[8];
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          asm volatile("ld.shared.b32 %0, [%1];\n"
-                       : "=r"(word[i])
-                       : "r"(row_base + kRow[i] * 128 + v_off[(i >> 1) & 1]));
-        }
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const u32 x01 = byte_perm(word[4 * h], word[4 * h + 1], 0x5140);
-          const u32 x23 = byte_perm(word[4 * h + 2], word[4 * h + 3], 0x5140);
-          const u32 y01 = byte_perm(word[4 * h], word[4 * h + 1], 0x7362);
-          const u32 y23 = byte_perm(word[4 * h + 2], word[4 * h + 3], 0x7362);
-          f[q][0][2 * h] = byte_perm(x01, x23, 0x5410);
-          f[q][0][2 * h + 1] = byte_perm(x01, x23, 0x7632);
-          f[q][1][2 * h] = byte_perm(y01, y23, 0x5410);
-          f[q][1][2 * h + 1] = byte_perm(y01, y23, 0x7632);
-        }
+        load_vt_fragments(stage + q * L::kBlockBytes + 32 * kk * 128, v_off, f[q]);
       }
       wgmma_fence();
 #pragma unroll
@@ -3045,22 +3056,10 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
     for (int s = 0; s < L::kStages; ++s) mbarrier_init(bar0 + 8 * s, kThreads);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  // Q' in two parts, a warp per row, scaled as in decode_tile_fp8_steps.
+  // Q' in two parts, a warp per row (load_q_row).
   for (int r = block_warp; r < R; r += 8) {
-    const bool valid = w.row_begin + r < rows_total;
-    const u32* q = reinterpret_cast<const u32*>(static_cast<const u16*>(p.q) + (row0 + r) * kHeadDim);
     float v[18];
-    float amax = 0.0f;
-#pragma unroll
-    for (int k = 0; k < 9; ++k) {
-      unpack2<ELEM>(valid ? q[lane + 32 * k] : 0u, v[2 * k], v[2 * k + 1]);
-      amax = fmaxf(amax, fmaxf(fabsf(v[2 * k]), fabsf(v[2 * k + 1])));
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const int field = __float_as_int(amax) >> 23;
-    const int exponent = 261 - field < 1 ? 1 : (261 - field > 254 ? 254 : 261 - field);
-    const float q_scale = field == 0 || field == 255 ? 1.0f : __int_as_float(exponent << 23);
+    const float q_scale = load_q_row<ELEM>(p, row0 + r, w.row_begin + r < rows_total, lane, v);
     if (lane == 0) {
       factor_s[r] = p.scale_log2 / q_scale;
       bound_s[r] = row_kv_bound(p, w, r, rows_total, w.kv_end);
@@ -3256,26 +3255,7 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
         u32 f[2][2][4];  // [block q][m-block b][register]
 #pragma unroll
         for (int q = 0; q < 2; ++q) {
-          const u32 row_base = stage + (2 * wg + q) * L::kBlockBytes + 32 * kk * 128;
-          constexpr int kRow[8] = {0, 8, 0, 8, 16, 24, 16, 24};
-          u32 word[8];
-#pragma unroll
-          for (int i = 0; i < 8; ++i) {
-            asm volatile("ld.shared.b32 %0, [%1];\n"
-                         : "=r"(word[i])
-                         : "r"(row_base + kRow[i] * 128 + v_off[(i >> 1) & 1]));
-          }
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const u32 x01 = byte_perm(word[4 * h], word[4 * h + 1], 0x5140);
-            const u32 x23 = byte_perm(word[4 * h + 2], word[4 * h + 3], 0x5140);
-            const u32 y01 = byte_perm(word[4 * h], word[4 * h + 1], 0x7362);
-            const u32 y23 = byte_perm(word[4 * h + 2], word[4 * h + 3], 0x7362);
-            f[q][0][2 * h] = byte_perm(x01, x23, 0x5410);
-            f[q][0][2 * h + 1] = byte_perm(x01, x23, 0x7632);
-            f[q][1][2 * h] = byte_perm(y01, y23, 0x5410);
-            f[q][1][2 * h + 1] = byte_perm(y01, y23, 0x7632);
-          }
+          load_vt_fragments(stage + (2 * wg + q) * L::kBlockBytes + 32 * kk * 128, v_off, f[q]);
         }
         wgmma_fence();
 #pragma unroll
