@@ -2552,7 +2552,7 @@ __device__ __forceinline__ bool barrier_any(int id, bool p) {
 // (`lookup`), and keeps the raw page id: the load's latency then hides
 // until the copy. A slot computed at the lookup stalled there (3% of case
 // 10's samples; keeping the raw id took case 10 from 293 to 284 us and
-// case 11 from 163 to 156-159). The copy passes slots on by shuffle (`slot`).
+// case 11 from 163 to 154-156). The copy passes slots on by shuffle (`slot`).
 template <int PAGE, int T>
 struct Fp8StepsRows {
   const WorkItem& w;
