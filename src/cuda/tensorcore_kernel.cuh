@@ -802,6 +802,10 @@ __device__ __forceinline__ u64 launder(u64 x) {
   asm volatile("" : "+l"(x));
   return x;
 }
+__device__ __forceinline__ u32 launder(u32 x) {
+  asm volatile("" : "+r"(x));
+  return x;
+}
 
 // A warpgroup's 256 output columns in the m64n256 accumulator layout
 // (rows 16 warp + g: elements 4 j, 4 j + 1; + 8: 4 j + 2, 4 j + 3) times
@@ -2996,10 +3000,12 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
 }
 
 // Steps of S's high part summed in the fp8 accumulator before each float32
-// sum (an A/B knob: 3, 6, 9 or 18; 6 and 18 ran case 10 0.5% and 1.5%
-// faster than 3, session 30).
+// sum (an A/B knob: 3, 6, 9 or 18). With the low part issued a pair ahead
+// the low part's accumulator is live across the softmax: 3 spilled 96-112
+// bytes and ran case 10 in 309 us, 6 has no spills and ran 273 us (the
+// build before the low part went ahead: 285.5), 18 spills 8 bytes.
 #ifndef HELIXMLA_TC_FP8_STEPS_48_CHUNK_STEPS
-#define HELIXMLA_TC_FP8_STEPS_48_CHUNK_STEPS 3
+#define HELIXMLA_TC_FP8_STEPS_48_CHUNK_STEPS 6
 #endif
 // 48-row tiles of fp8 KV (33-48 rows: suite case 10's 48 heads) on fp8
 // matrix steps, tokens as M and rows as N as in decode_tile_fp8_steps, but
@@ -3009,9 +3015,16 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
 // 255 us against 358 on the producer build; this engine 292, session 30).
 // Tiles go in pairs: warpgroup w computes S^T of tile 2 i + w and writes
 // its P^T; the block agrees on one reference maximum per row; then each
-// warpgroup multiplies both tiles' P^T into O^T of its 256 latents. Each warpgroup copies the
-// columns its P V reads into every stage (warpgroup 0 also the rope), so
-// a stage's mbarrier counts the whole block.
+// warpgroup multiplies both tiles' P^T into O^T of its 256 latents. Each
+// warpgroup copies the columns its P V reads into every stage (warpgroup 0
+// also the rope), so a stage's mbarrier counts the whole block.
+//
+// S = Q K^T is split by Q's two e4m3 parts: the low part's 18 steps for
+// the next pair are issued right after this pair's row maxima, so the
+// tensor cores work through the softmax, the P^T stores and the refill
+// (the overlap of FlashAttention-3's intra-warpgroup pipelining); the high
+// part follows once the stage is needed, and its first wait also retires
+// the low part and the previous pair's P V.
 //
 // Accuracy as in the 16-row engine: Q' = Q q_scale with q_scale a power of
 // two, here in two e4m3 parts (bf16's 8 significant bits exactly, fp16's
@@ -3136,6 +3149,43 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
     v_off[odd] = (2 * c4 + odd) * 128 + ((((2 * warp + (g >> 2)) ^ (2 * c4 + odd)) & 7) << 4) + (g & 3) * 4;
   const int x0 = 32 * (warp >> 1) + 16 * (warp & 1) + 4 * (g >> 1) + 2 * (g & 1);
 
+  // S's steps [first, first + count) of Q's part `part` over the tile in
+  // `stage`, into acc (the first step overwrites it), as one group.
+  auto s_steps = [&](u32 stage, float (&acc)[kAcc], int first, int count, int part) {
+    const u32 q = launder(q_base);  // descriptors built here, not held across the loop
+    wgmma_fence();
+#pragma unroll
+    for (int k3 = 0; k3 < count; ++k3) {
+      const int step = first + k3, block = step / 4, k = step % 4;
+      const u64 a = block < 4 ? smem_desc_sw128(stage + block * L::kBlockBytes + 32 * k)
+                              : smem_desc_sw64(stage + L::kRopeOffset + 32 * k);
+      const u64 b = block < 4 ? smem_desc_sw128(q + block * L::kQBlockBytes + part * R * 128 + 32 * k)
+                              : smem_desc_sw64(q + 4 * L::kQBlockBytes + part * R * 64 + 32 * k);
+      if (k3 == 0) {
+        wgmma_m64n48k32_e4m3_ss<false>(acc, a, b);
+      } else {
+        wgmma_m64n48k32_e4m3_ss<true>(acc, a, b);
+      }
+    }
+    wgmma_commit();
+  };
+  // Q's low part of this warpgroup's next tile in one chain of steps (its
+  // terms are 2^-4 of the high part's, and the fp8 accumulator's precision
+  // costs little there), issued a pair ahead: the tensor cores run it
+  // through this pair's softmax, P^T stores and refill, where they idled.
+  // A tile past the range gets the steps too, over whatever its stage
+  // holds, so that no branch sits between matrix steps; its sums are
+  // never read.
+  float acc_low[kAcc];
+  auto issue_low_part = [&](int tile) {
+    if (tile < n_tiles) mbarrier_wait(bar0 + 8 * (tile % L::kStages), (tile / L::kStages) & 1);
+    fence_proxy_async();
+    s_steps(base + L::kKvOffset + (tile % L::kStages) * L::kTileBytes, acc_low, 0, kSteps, 1);
+  };
+#pragma unroll
+  for (int m = 0; m < 4; ++m) pin_registers(o[m]);
+  issue_low_part(wg);
+
   for (int pair = 0; 2 * pair < n_tiles; ++pair) {
     const int own = 2 * pair + wg;
     const int refill = 2 * pair + L::kStages;  // refill and refill + 1 go into this pair's stages
@@ -3144,42 +3194,27 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
     // s[4 j + 2 h + e]: token 16 warp + g + 8 h, row 8 j + 2 c4 + e.
     float s[kAcc];
     {
+      // Q's high part in chunks of kChunkSteps, each summed into float32,
+      // one m64n48 accumulator at a time (O^T holds 96 registers a
+      // thread). The first chunk's wait also ends the low part and the
+      // previous pair's P V.
       const u32 stage = base + L::kKvOffset + (own % L::kStages) * L::kTileBytes;
-      mbarrier_wait(bar0 + 8 * (own % L::kStages), (own / L::kStages) & 1);
-      fence_proxy_async();
-      // Q's low part in one chain of steps: its terms are 2^-4 of the high
-      // part's and the fp8 accumulator's precision costs little there. The
-      // high part in chunks of kChunkSteps, each summed into float32. One
-      // m64n48 accumulator at a time (O^T holds 96 registers a thread).
       float acc[kAcc];
-      auto s_steps = [&](int first, int count, int part) {
-        wgmma_fence();
-#pragma unroll
-        for (int k3 = 0; k3 < count; ++k3) {
-          const int step = first + k3, block = step / 4, k = step % 4;
-          const u64 a = block < 4 ? smem_desc_sw128(stage + block * L::kBlockBytes + 32 * k)
-                                  : smem_desc_sw64(stage + L::kRopeOffset + 32 * k);
-          const u64 b = block < 4
-                            ? smem_desc_sw128(q_base + block * L::kQBlockBytes + part * R * 128 + 32 * k)
-                            : smem_desc_sw64(q_base + 4 * L::kQBlockBytes + part * R * 64 + 32 * k);
-          if (k3 == 0) {
-            wgmma_m64n48k32_e4m3_ss<false>(acc, a, b);
-          } else {
-            wgmma_m64n48k32_e4m3_ss<true>(acc, a, b);
-          }
-        }
-        wgmma_commit();
-        wgmma_wait<0>();
-        pin_registers(acc);
-      };
-      s_steps(0, kSteps, 1);
-#pragma unroll
-      for (int i = 0; i < kAcc; ++i) s[i] = acc[i];
 #pragma unroll
       for (int chunk_i = 0; chunk_i < kSteps / kChunkSteps; ++chunk_i) {
-        s_steps(kChunkSteps * chunk_i, kChunkSteps, 0);
+        s_steps(stage, acc, kChunkSteps * chunk_i, kChunkSteps, 0);
+        wgmma_wait<0>();
+        pin_registers(acc);
+        if (chunk_i == 0) {
+          pin_registers(acc_low);
 #pragma unroll
-        for (int i = 0; i < kAcc; ++i) s[i] += acc[i];
+          for (int m = 0; m < 4; ++m) pin_registers(o[m]);
+#pragma unroll
+          for (int i = 0; i < kAcc; ++i) s[i] = acc_low[i] + acc[i];
+        } else {
+#pragma unroll
+          for (int i = 0; i < kAcc; ++i) s[i] += acc[i];
+        }
       }
       const int tile_pos = w.kv_begin + own * T;
       const int pos0 = tile_pos + 16 * warp + g;
@@ -3193,6 +3228,7 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
         m_top[c] = fmaxf(m_top[c], s[i]);
       }
     }
+    issue_low_part(own + 2);
     bool over = false;
 #pragma unroll
     for (int c = 0; c < kCols; ++c) {
@@ -3252,6 +3288,9 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
       const u32 p_tile = base + L::kPOffset + ((pair & 1) * 2 + tp) * L::kPBytes;
 #pragma unroll
       for (int kk = 0; kk < 2; ++kk) {
+        // Two groups' fragments in flight at most: this one's registers are
+        // the ones the group before last read.
+        if (2 * tp + kk >= 2) wgmma_wait<1>();
         u32 f[2][2][4];  // [block q][m-block b][register]
 #pragma unroll
         for (int q = 0; q < 2; ++q) {
@@ -3268,15 +3307,17 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
         wgmma_commit();
       }
     }
-    wgmma_wait<0>();
-#pragma unroll
-    for (int m = 0; m < 4; ++m) pin_registers(o[m]);
-    // S of both tiles was done before the block barrier above; once this
-    // warpgroup's P V is too, its columns of the pair's stages are free.
+    // S of both tiles was done before the block barrier above, and P V
+    // reads the stages only through the fragments, which this warpgroup
+    // has all loaded once it passes its own barrier: its columns of the
+    // pair's stages are free while P V still runs.
     named_barrier_sync(own_barrier, 128);
     if (refill < n_tiles) load_tile(refill, refill_page0);
     if (refill + 1 < n_tiles) load_tile(refill + 1, refill_page1);
   }
+  wgmma_wait<0>();
+#pragma unroll
+  for (int m = 0; m < 4; ++m) pin_registers(o[m]);
 
   // l and the true maximum per row over the block: lanes, then all eight warps.
 #pragma unroll
