@@ -474,11 +474,12 @@ __device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], const void* p) {
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_addr(p)));
 }
-__device__ __forceinline__ void ldmatrix_x4_trans(u32 (&r)[4], const void* p) {
+__device__ __forceinline__ void ldmatrix_x4_trans(u32 (&r)[4], u32 addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
+               : "r"(addr));
 }
+__device__ __forceinline__ void ldmatrix_x4_trans(u32 (&r)[4], const void* p) { ldmatrix_x4_trans(r, smem_addr(p)); }
 
 template <int ELEM>
 __device__ __forceinline__ void mma_16816(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
@@ -2611,41 +2612,44 @@ __device__ __forceinline__ float load_q_row(const Params& p, long long row, bool
   const int exponent = 261 - field < 1 ? 1 : (261 - field > 254 ? 254 : 261 - field);
   return field == 0 || field == 255 ? 1.0f : __int_as_float(exponent << 23);
 }
-// V^T fragments of one 128-latent block of a 32-token step for fp8 P V:
-// this thread's word (4 latents) of each token row at `row_base` (the
-// block's first row of the step) + v_off, rows 2 c4 + {0, 8, 1, 9, 16, 24,
-// 17, 25}, transposed by byte permutes into the A registers of the block's
-// two m-blocks (f[b]: positions 4 c4 .. and 16 + 4 c4 ..).
-__device__ __forceinline__ void load_vt_fragments(u32 row_base, const u32 (&v_off)[2], u32 (&f)[2][4]) {
-  constexpr int kRow[8] = {0, 8, 0, 8, 16, 24, 16, 24};
-  u32 word[8];
+// V^T fragments of one 128-latent block of a 32-token step for fp8 P V.
+// ldmatrix.trans over byte pairs gives thread (g, c4) latents 2 g, 2 g + 1
+// of a 16-byte column at tokens 2 c4, 2 c4 + 1 (+ 8 j for matrix j); one
+// byte permute per register then gathers a latent's four tokens. The A
+// registers of m-block b hold latents vt_latent(b, warp, g) (rows g) and
+// + 1 (rows g + 8), and positions 4 c4 .. 4 c4 + 3 are tokens 2 c4 +
+// {0, 8, 1, 9} (16 + 4 c4 ..: 16 more), the order P^T is stored in (x0).
+// Against word loads and a byte transpose: 2 loads and 8 permutes for
+// 8 LDS and 12.
+__device__ __forceinline__ int vt_latent(int b, int warp, int g) { return 16 * (2 * warp + b) + 2 * g; }
+// This lane's ldmatrix row address for m-block b: token row `lane` of the
+// step, the 16-byte column of vt_latent's latents, swizzled as the tile's
+// 128-byte rows (conflict-free: a phase's 8 rows hit 8 columns).
+__device__ __forceinline__ void vt_lane_offsets(int warp, int lane, u32 (&off)[2]) {
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(word[i]) : "r"(row_base + kRow[i] * 128 + v_off[(i >> 1) & 1]));
-  }
+  for (int b = 0; b < 2; ++b) off[b] = lane * 128 + (((2 * warp + b) ^ (lane & 7)) << 4);
+}
+__device__ __forceinline__ void load_vt_fragments(u32 row_base, const u32 (&off)[2], u32 (&f)[2][4]) {
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const u32 x01 = byte_perm(word[4 * h], word[4 * h + 1], 0x5140);
-    const u32 x23 = byte_perm(word[4 * h + 2], word[4 * h + 3], 0x5140);
-    const u32 y01 = byte_perm(word[4 * h], word[4 * h + 1], 0x7362);
-    const u32 y23 = byte_perm(word[4 * h + 2], word[4 * h + 3], 0x7362);
-    f[0][2 * h] = byte_perm(x01, x23, 0x5410);
-    f[0][2 * h + 1] = byte_perm(x01, x23, 0x7632);
-    f[1][2 * h] = byte_perm(y01, y23, 0x5410);
-    f[1][2 * h + 1] = byte_perm(y01, y23, 0x7632);
+  for (int b = 0; b < 2; ++b) {
+    u32 r[4];
+    ldmatrix_x4_trans(r, row_base + off[b]);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      f[b][2 * h] = byte_perm(r[2 * h], r[2 * h + 1], 0x6240);
+      f[b][2 * h + 1] = byte_perm(r[2 * h], r[2 * h + 1], 0x7351);
+    }
   }
 }
-// Four latents of row n's output from `latent` on: into out for a whole
+// Two latents of row n's output from `latent` on: into out for a whole
 // item, into the split's partial entry otherwise.
 template <int ELEM>
-__device__ __forceinline__ void store_out_latents(const Params& p, const WorkItem& w, long long row0, int n,
-                                                  int latent, const float (&v)[4]) {
+__device__ __forceinline__ void store_out_pair(const Params& p, const WorkItem& w, long long row0, int n, int latent,
+                                               float v0, float v1) {
   if (w.split < 0) {
-    u32* out = reinterpret_cast<u32*>(static_cast<u16*>(p.out) + (row0 + n) * kLatent + latent);
-    *reinterpret_cast<uint2*>(out) = make_uint2(pack2<ELEM>(v[0], v[1]), pack2<ELEM>(v[2], v[3]));
+    *reinterpret_cast<u32*>(static_cast<u16*>(p.out) + (row0 + n) * kLatent + latent) = pack2<ELEM>(v0, v1);
   } else {
-    *reinterpret_cast<float4*>(p.partial_out + split_entry(w, n) * kLatent + latent) =
-        make_float4(v[0], v[1], v[2], v[3]);
+    *reinterpret_cast<float2*>(p.partial_out + split_entry(w, n) * kLatent + latent) = make_float2(v0, v1);
   }
 }
 
@@ -2745,7 +2749,7 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
   };
   for (int tile = wg; tile < n_tiles && tile < L::kStages; tile += 2) load_tile(tile, rows.lookup(tile));
 
-  float o[8][8];  // O^T m-block 2 q + b: latents 128 q + 4 (8 warp + g) + 2 b (rows g) / + 1 (rows g + 8)
+  float o[8][8];  // O^T m-block 2 q + b: latents 128 q + vt_latent(b, warp, g) (rows g) / + 1 (rows g + 8)
 #pragma unroll
   for (int m = 0; m < 8; ++m)
 #pragma unroll
@@ -2759,14 +2763,8 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
   }
   const u32 q_base = base + L::kQOffset;
   const u32 p_own = base + L::kPOffset + wg * L::kPBytes;
-  // V^T: this thread's word (4 latents) of a block row is 8 warp + g; its
-  // token rows 2 c4 (+1 for loads 2, 3, 6, 7) set the swizzle, and rows
-  // 2 c4 + {0, 8, 1, 9, 16, 24, 17, 25} of a 32-token step are positions
-  // 4 c4 .. 4 c4 + 3 and 16 + 4 c4 .. of it, conflict-free.
   u32 v_off[2];
-#pragma unroll
-  for (int odd = 0; odd < 2; ++odd)
-    v_off[odd] = (2 * c4 + odd) * 128 + ((((2 * warp + (g >> 2)) ^ (2 * c4 + odd)) & 7) << 4) + (g & 3) * 4;
+  vt_lane_offsets(warp, lane, v_off);
   // S^T's rows g and g + 8 of this warp are P^T's positions x0 and x0 + 1.
   const int x0 = 32 * (warp >> 1) + 16 * (warp & 1) + 4 * (g >> 1) + 2 * (g & 1);
 
@@ -2873,7 +2871,7 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
     named_barrier_sync(own_barrier, 128);
 
     // P V over the tile's two 32-token steps: V^T fragments of the four
-    // 128-latent blocks (loads 0-3 give positions 4 c4 .., loads 4-7 16 + 4 c4 ..).
+    // 128-latent blocks (load_vt_fragments).
 #pragma unroll
     for (int kk = 0; kk < 2; ++kk) {
       u32 f[4][2][4];  // [block q][m-block b][register]
@@ -2986,15 +2984,14 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
     if (w.row_begin + n >= rows_total) continue;
     const int i0 = 4 * (col / 2) + (col & 1);
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const int latent = 128 * q + 4 * (8 * warp + g);
-      float v[4];
+    for (int m = 0; m < 8; ++m) {
+      float v[2];
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int m = 2 * q + (k >> 1), i = i0 + 2 * (k & 1);
+      for (int k = 0; k < 2; ++k) {
+        const int i = i0 + 2 * k;
         v[k] = (o[m][i] * a0[col] + hand_o[(m * 8 + i) * 128 + t] * a1[col]) * inv[col];
       }
-      store_out_latents<ELEM>(p, w, row0, n, latent, v);
+      store_out_pair<ELEM>(p, w, row0, n, 128 * (m / 2) + vt_latent(m % 2, warp, g), v[0], v[1]);
     }
   }
 }
@@ -3130,7 +3127,7 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
   };
   for (int tile = 0; tile < n_tiles && tile < L::kStages; ++tile) load_tile(tile, rows.lookup(tile));
 
-  float o[4][kAcc];  // O^T m-block 2 q + b: latents 256 wg + 128 q + 4 (8 warp + g) + 2 b (rows g) / + 1 (rows g + 8)
+  float o[4][kAcc];  // O^T m-block 2 q + b: latents 256 wg + 128 q + vt_latent(b, warp, g) (rows g) / + 1 (rows g + 8)
 #pragma unroll
   for (int m = 0; m < 4; ++m)
 #pragma unroll
@@ -3144,9 +3141,7 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
   }
   const u32 q_base = base + L::kQOffset;
   u32 v_off[2];
-#pragma unroll
-  for (int odd = 0; odd < 2; ++odd)
-    v_off[odd] = (2 * c4 + odd) * 128 + ((((2 * warp + (g >> 2)) ^ (2 * c4 + odd)) & 7) << 4) + (g & 3) * 4;
+  vt_lane_offsets(warp, lane, v_off);
   const int x0 = 32 * (warp >> 1) + 16 * (warp & 1) + 4 * (g >> 1) + 2 * (g & 1);
 
   // S's steps [first, first + count) of Q's part `part` over the tile in
@@ -3366,12 +3361,9 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
     }
     const int i0 = 4 * (c / 2) + (c & 1);
 #pragma unroll
-    for (int q = 0; q < 2; ++q) {
-      const int latent = 256 * wg + 128 * q + 4 * (8 * warp + g);
-      float v[4];
-#pragma unroll
-      for (int k = 0; k < 4; ++k) v[k] = o[2 * q + (k >> 1)][i0 + 2 * (k & 1)] * inv;
-      store_out_latents<ELEM>(p, w, row0, n, latent, v);
+    for (int m = 0; m < 4; ++m) {
+      const int latent = 256 * wg + 128 * (m / 2) + vt_latent(m % 2, warp, g);
+      store_out_pair<ELEM>(p, w, row0, n, latent, o[m][i0] * inv, o[m][i0 + 2] * inv);
     }
   }
 }
