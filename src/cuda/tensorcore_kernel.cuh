@@ -556,7 +556,7 @@ __device__ __forceinline__ float rescale_factor(float from, float to) {
 // sit in an aligned swizzle pattern (1024 or 512 bytes; plus an in-row byte
 // offset for K steps).
 template <u32 SWIZZLE = 1>
-__device__ __forceinline__ u64 smem_desc_at(u32 addr, u32 leading_bytes, u32 stride_bytes) {
+__device__ __forceinline__ constexpr u64 smem_desc_at(u32 addr, u32 leading_bytes, u32 stride_bytes) {
   return static_cast<u64>((addr & 0x3FFFFu) >> 4) | static_cast<u64>((leading_bytes & 0x3FFFFu) >> 4) << 16 |
          static_cast<u64>((stride_bytes & 0x3FFFFu) >> 4) << 32 | static_cast<u64>(SWIZZLE) << 62;
 }
@@ -2421,6 +2421,23 @@ __device__ __forceinline__ int swizzle64(int r, int c) { return r * 64 + ((((c >
 // bytes (128-byte swizzle) and 512 (64-byte swizzle, the rope blocks).
 __device__ __forceinline__ u64 smem_desc_sw128(u32 addr) { return smem_desc_at<1>(addr, 16, 1024); }
 __device__ __forceinline__ u64 smem_desc_sw64(u32 addr) { return smem_desc_at<2>(addr, 16, 512); }
+// The descriptors of one operand's matrix steps from one base address. The
+// address field is addr >> 4 in the low 14 bits and shared addresses stay
+// under 256 KB, so offset >> 4 added to the low word never carries into
+// the leading-byte field: a step's descriptor is one add, where built from
+// its address it took five uniform instructions (session 33).
+template <u32 SWIZZLE, u32 STRIDE>
+struct SmemDescFrom {
+  u32 lo;
+  __device__ __forceinline__ explicit SmemDescFrom(u32 addr)
+      : lo(static_cast<u32>(smem_desc_at<SWIZZLE>(addr, 16, STRIDE))) {}
+  __device__ __forceinline__ u64 operator()(u32 offset) const {
+    constexpr u64 kHigh = smem_desc_at<SWIZZLE>(0, 16, STRIDE) >> 32 << 32;
+    return kHigh | (lo + (offset >> 4));
+  }
+};
+typedef SmemDescFrom<1, 1024> Sw128Descs;
+typedef SmemDescFrom<2, 512> Sw64Descs;
 // A packed pair of ELEM to floats, the low half first.
 template <int ELEM>
 __device__ __forceinline__ void unpack2(u32 x, float& lo, float& hi) {
@@ -2782,15 +2799,15 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
     // and low parts of the 16 rows.
     float s_acc[2][24];
     float s_sum[8];
+    const Sw128Descs k_main(stage), q_main(q_base);
+    const Sw64Descs k_rope(stage + L::kRopeOffset), q_rope(q_base + 4 * L::kQBlockBytes);
     auto issue_chunk = [&](int chunk) {
       wgmma_fence();
 #pragma unroll
       for (int k3 = 0; k3 < 3; ++k3) {
         const int step = 3 * chunk + k3, block = step / 4, k = step % 4;
-        const u64 a = block < 4 ? smem_desc_sw128(stage + block * L::kBlockBytes + 32 * k)
-                                : smem_desc_sw64(stage + L::kRopeOffset + 32 * k);
-        const u64 b = block < 4 ? smem_desc_sw128(q_base + block * L::kQBlockBytes + 32 * k)
-                                : smem_desc_sw64(q_base + 4 * L::kQBlockBytes + 32 * k);
+        const u64 a = block < 4 ? k_main(block * L::kBlockBytes + 32 * k) : k_rope(32 * k);
+        const u64 b = block < 4 ? q_main(block * L::kQBlockBytes + 32 * k) : q_rope(32 * k);
         wgmma_m64n48k32_e4m3_ss(s_acc[chunk & 1], a, b, k3 > 0);
       }
       wgmma_commit();
@@ -3148,14 +3165,14 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
   // `stage`, into acc (the first step overwrites it), as one group.
   auto s_steps = [&](u32 stage, float (&acc)[kAcc], int first, int count, int part) {
     const u32 q = launder(q_base);  // descriptors built here, not held across the loop
+    const Sw128Descs k_main(stage), q_main(q + part * R * 128);
+    const Sw64Descs k_rope(stage + L::kRopeOffset), q_rope(q + 4 * L::kQBlockBytes + part * R * 64);
     wgmma_fence();
 #pragma unroll
     for (int k3 = 0; k3 < count; ++k3) {
       const int step = first + k3, block = step / 4, k = step % 4;
-      const u64 a = block < 4 ? smem_desc_sw128(stage + block * L::kBlockBytes + 32 * k)
-                              : smem_desc_sw64(stage + L::kRopeOffset + 32 * k);
-      const u64 b = block < 4 ? smem_desc_sw128(q + block * L::kQBlockBytes + part * R * 128 + 32 * k)
-                              : smem_desc_sw64(q + 4 * L::kQBlockBytes + part * R * 64 + 32 * k);
+      const u64 a = block < 4 ? k_main(block * L::kBlockBytes + 32 * k) : k_rope(32 * k);
+      const u64 b = block < 4 ? q_main(block * L::kQBlockBytes + 32 * k) : q_rope(32 * k);
       if (k3 == 0) {
         wgmma_m64n48k32_e4m3_ss<false>(acc, a, b);
       } else {
