@@ -2608,6 +2608,22 @@ __device__ __forceinline__ void store_p_parts(u32 p_buf, int n, int x0, float a,
   asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(p_buf + swizzle128(n, x0)), "h"(hi) : "memory");
   asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(p_buf + swizzle128(n, 64 + x0)), "h"(lo) : "memory");
 }
+// P^T of a thread's S^T (s[4 j + 2 h + e]: token rows g + 8 h, row
+// 8 j + 2 c4 + e) at positions x0 and x0 + 1, against the rows' reference
+// maxima, made visible to the matrix steps; l_part: each row's sum.
+template <int COLS>
+__device__ __forceinline__ void store_p_tile(u32 p_buf, const float (&s)[2 * COLS], const float (&m_ref)[COLS],
+                                             int c4, int x0, float (&l_part)[COLS]) {
+#pragma unroll
+  for (int c = 0; c < COLS; ++c) {
+    const int i = 4 * (c / 2) + (c & 1);
+    const float sub = m_ref[c] == neg_inf() ? 0.0f : m_ref[c];
+    const float a = fast_exp2(s[i] - sub), b = fast_exp2(s[i + 2] - sub);
+    l_part[c] = a + b;
+    store_p_parts(p_buf, 8 * (c / 2) + 2 * c4 + (c & 1), x0, a, b);
+  }
+  fence_proxy_async();
+}
 // A query row for the fp8-steps engines' Q parts, a warp per row: this
 // lane's 18 values (pairs lane + 32 k, zero where the row is past the
 // request's last) and q_scale, a power of two that puts the row's largest
@@ -2844,6 +2860,12 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
       m_top[col] = fmaxf(m_top[col], s[i]);
       over |= passes_reference(m_ref[col], s[i]);
     }
+    // P^T against the reference maxima as they stand; the barrier that
+    // orders it before P V also says whether any row passed its maximum,
+    // and only then (the first tiles, rarely after) do the maxima move
+    // and P^T go out again: one warpgroup barrier a tile instead of two.
+    float l_tile[4];
+    store_p_tile(p_own, s, m_ref, c4, x0, l_tile);
     if (barrier_any<128>(own_barrier, over)) {
       // The warpgroup's maxima per row: lanes, then its four warps.
 #pragma unroll
@@ -2872,20 +2894,11 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
           o[m][4 * (col / 2) + 2 + (col & 1)] *= f;
         }
       }
-      named_barrier_sync(own_barrier, 128);  // scratch is read before anyone's next write
+      store_p_tile(p_own, s, m_ref, c4, x0, l_tile);
+      named_barrier_sync(own_barrier, 128);  // P^T again; scratch is read before anyone's next write
     }
-    // P^T in two parts (store_p_parts): token rows g and g + 8 at positions
-    // x0 and x0 + 1.
 #pragma unroll
-    for (int col = 0; col < 4; ++col) {
-      const int i = 4 * (col / 2) + (col & 1);
-      const float sub = m_ref[col] == neg_inf() ? 0.0f : m_ref[col];
-      const float a = fast_exp2(s[i] - sub), b = fast_exp2(s[i + 2] - sub);
-      l_run[col] += a + b;
-      store_p_parts(p_own, 8 * (col / 2) + 2 * c4 + (col & 1), x0, a, b);
-    }
-    fence_proxy_async();
-    named_barrier_sync(own_barrier, 128);
+    for (int col = 0; col < 4; ++col) l_run[col] += l_tile[col];
 
     // P V over the tile's two 32-token steps: V^T fragments of the four
     // 128-latent blocks (load_vt_fragments).
@@ -3247,6 +3260,14 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
       const int i = 4 * (c / 2) + (c & 1);
       over |= passes_reference(m_ref[c], fmaxf(s[i], s[i + 2]));
     }
+    // P^T of this warpgroup's tile against the reference maxima as they
+    // stand. The barrier that hands it to the other warpgroup also says
+    // whether any row passed its maximum, and only then (the first pairs,
+    // rarely after) does the block agree on new maxima, rescale and store
+    // P^T again: one block barrier a pair instead of two.
+    const u32 p_own = base + L::kPOffset + ((pair & 1) * 2 + wg) * L::kPBytes;
+    float l_pair[kCols];
+    store_p_tile(p_own, s, m_ref, c4, x0, l_pair);
     if (barrier_any<kThreads>(kFp8StepsBlockBarrier, over)) {
       // The block's maxima per row of the pair: lanes, then all eight warps.
 #pragma unroll
@@ -3275,20 +3296,11 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
           o[m][4 * (c / 2) + 2 + (c & 1)] *= f;
         }
       }
-      named_barrier_sync(kFp8StepsBlockBarrier, kThreads);  // scratch is read before anyone's next write
+      store_p_tile(p_own, s, m_ref, c4, x0, l_pair);
+      named_barrier_sync(kFp8StepsBlockBarrier, kThreads);  // P^T again; scratch is read before anyone's next write
     }
-    // P^T of this warpgroup's tile in two parts (store_p_parts).
-    const u32 p_own = base + L::kPOffset + ((pair & 1) * 2 + wg) * L::kPBytes;
 #pragma unroll
-    for (int c = 0; c < kCols; ++c) {
-      const int i = 4 * (c / 2) + (c & 1);
-      const float sub = m_ref[c] == neg_inf() ? 0.0f : m_ref[c];
-      const float a = fast_exp2(s[i] - sub), b = fast_exp2(s[i + 2] - sub);
-      l_run[c] += a + b;
-      store_p_parts(p_own, 8 * (c / 2) + 2 * c4 + (c & 1), x0, a, b);
-    }
-    fence_proxy_async();
-    named_barrier_sync(kFp8StepsBlockBarrier, kThreads);
+    for (int c = 0; c < kCols; ++c) l_run[c] += l_pair[c];
 
     // P V of both tiles into this warpgroup's latents: V^T fragments of its
     // two 128-latent blocks, built as in decode_tile_fp8_steps.
