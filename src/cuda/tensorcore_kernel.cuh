@@ -2392,12 +2392,12 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p, const KvTens
 // case 11's shape 164 us against 187 for the mma.sync engine). The tokens
 // are wgmma's M and the tile's rows its N, so nothing is padded; K is
 // wgmma's A straight from shared memory and V^T its A from registers
-// (bytes transposed with prmt), so no KV byte is widened; Q and P are split
-// into e4m3 parts, entered side by side (S: Q in three, N = 48, 12
-// significant bits: bf16's 8 exactly, so S, and the statistics' maximum,
-// match the 16-bit engines, with S's 18 steps in six float32-summed
-// chunks against the fp8 accumulator's 14 bits) or as a doubled reduction
-// (P V, P in two):
+// (byte pairs transposed by ldmatrix, then bytes by prmt), so no KV byte
+// is widened; Q and P are split into e4m3 parts, entered side by side
+// (S: Q in three, N = 48, 12 significant bits: bf16's 8 exactly, so S,
+// and the statistics' maximum, match the 16-bit engines, with S's 18
+// steps in six float32-summed chunks against the fp8 accumulator's 14
+// bits) or as a doubled reduction (P V, P in two):
 //
 //   S^T[64 x 48] = K [Qhi Qmid Qlo]^T       (row n: columns n, 16 + n, 32 + n)
 //   O^T[512 x 16] += V^T Phi^T + V^T Plo^T   (Phi in e5m2 for its range)
