@@ -2624,6 +2624,25 @@ __device__ __forceinline__ void store_p_tile(u32 p_buf, const float (&s)[2 * COL
   }
   fence_proxy_async();
 }
+// The descriptors of S's matrix steps in the fp8-steps engines: step k of
+// the 18 takes 32 columns of the KV tile's and Q's 128-column blocks
+// (128-byte swizzle) or, from step 16 on, of their rope blocks (64-byte).
+// `q_blocks` and `q_rope`: Q's part in the blocks and in the rope.
+template <class L>
+struct SStepDescs {
+  Sw128Descs k_main, q_main;
+  Sw64Descs k_rope, q_rope;
+  __device__ __forceinline__ SStepDescs(u32 stage, u32 q_blocks, u32 q_rope_addr)
+      : k_main(stage), q_main(q_blocks), k_rope(stage + L::kRopeOffset), q_rope(q_rope_addr) {}
+  __device__ __forceinline__ u64 k(int step) const {
+    const int block = step / 4, k = step % 4;
+    return block < 4 ? k_main(block * L::kBlockBytes + 32 * k) : k_rope(32 * k);
+  }
+  __device__ __forceinline__ u64 q(int step) const {
+    const int block = step / 4, k = step % 4;
+    return block < 4 ? q_main(block * L::kQBlockBytes + 32 * k) : q_rope(32 * k);
+  }
+};
 // A query row for the fp8-steps engines' Q parts, a warp per row: this
 // lane's 18 values (pairs lane + 32 k, zero where the row is past the
 // request's last) and q_scale, a power of two that puts the row's largest
@@ -2815,15 +2834,12 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
     // and low parts of the 16 rows.
     float s_acc[2][24];
     float s_sum[8];
-    const Sw128Descs k_main(stage), q_main(q_base);
-    const Sw64Descs k_rope(stage + L::kRopeOffset), q_rope(q_base + 4 * L::kQBlockBytes);
+    const SStepDescs<L> descs(stage, q_base, q_base + 4 * L::kQBlockBytes);
     auto issue_chunk = [&](int chunk) {
       wgmma_fence();
 #pragma unroll
       for (int k3 = 0; k3 < 3; ++k3) {
-        const int step = 3 * chunk + k3, block = step / 4, k = step % 4;
-        const u64 a = block < 4 ? k_main(block * L::kBlockBytes + 32 * k) : k_rope(32 * k);
-        const u64 b = block < 4 ? q_main(block * L::kQBlockBytes + 32 * k) : q_rope(32 * k);
+        const u64 a = descs.k(3 * chunk + k3), b = descs.q(3 * chunk + k3);
         wgmma_m64n48k32_e4m3_ss(s_acc[chunk & 1], a, b, k3 > 0);
       }
       wgmma_commit();
@@ -3030,7 +3046,8 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
 // sum (an A/B knob: 3, 6, 9 or 18). With the low part issued a pair ahead
 // the low part's accumulator is live across the softmax: 3 spilled 96-112
 // bytes and ran case 10 in 309 us, 6 has no spills and ran 273 us (the
-// build before the low part went ahead: 285.5), 18 spills 8 bytes.
+// build before the low part went ahead: 285.5), 9 ran as 6 did, 18
+// spills 8 bytes.
 #ifndef HELIXMLA_TC_FP8_STEPS_48_CHUNK_STEPS
 #define HELIXMLA_TC_FP8_STEPS_48_CHUNK_STEPS 6
 #endif
@@ -3178,14 +3195,11 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
   // `stage`, into acc (the first step overwrites it), as one group.
   auto s_steps = [&](u32 stage, float (&acc)[kAcc], int first, int count, int part) {
     const u32 q = launder(q_base);  // descriptors built here, not held across the loop
-    const Sw128Descs k_main(stage), q_main(q + part * R * 128);
-    const Sw64Descs k_rope(stage + L::kRopeOffset), q_rope(q + 4 * L::kQBlockBytes + part * R * 64);
+    const SStepDescs<L> descs(stage, q + part * R * 128, q + 4 * L::kQBlockBytes + part * R * 64);
     wgmma_fence();
 #pragma unroll
     for (int k3 = 0; k3 < count; ++k3) {
-      const int step = first + k3, block = step / 4, k = step % 4;
-      const u64 a = block < 4 ? k_main(block * L::kBlockBytes + 32 * k) : k_rope(32 * k);
-      const u64 b = block < 4 ? q_main(block * L::kQBlockBytes + 32 * k) : q_rope(32 * k);
+      const u64 a = descs.k(first + k3), b = descs.q(first + k3);
       if (k3 == 0) {
         wgmma_m64n48k32_e4m3_ss<false>(acc, a, b);
       } else {
