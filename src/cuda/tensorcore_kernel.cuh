@@ -480,6 +480,14 @@ __device__ __forceinline__ void ldmatrix_x4_trans(u32 (&r)[4], u32 addr) {
                : "r"(addr));
 }
 __device__ __forceinline__ void ldmatrix_x4_trans(u32 (&r)[4], const void* p) { ldmatrix_x4_trans(r, smem_addr(p)); }
+// The inverse of ldmatrix_x4_trans: register i of lane 4 g + c is
+// elements (2 c, g) and (2 c + 1, g) of the matrix whose row (lane & 7)
+// lane 8 i + (lane & 7)'s address names.
+__device__ __forceinline__ void stmatrix_x4_trans(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
+}
 
 template <int ELEM>
 __device__ __forceinline__ void mma_16816(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
@@ -528,6 +536,7 @@ __device__ __forceinline__ u32 byte_perm(u32 lo, u32 hi, u32 sel) {
 }
 
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
+__device__ __forceinline__ float lowest_finite() { return -__int_as_float(0x7f7fffff); }
 
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
@@ -2595,32 +2604,60 @@ struct Fp8StepsRows {
     return __shfl_sync(0xffffffffu, page < 0 ? -1 : page * PAGE + static_cast<int>(pos % PAGE), row);
   }
 };
-// P of row n at positions x0 and x0 + 1 (`a`, `b`) into P^T at `p_buf` in
-// two parts: bytes [0, 64) of the row the high part in e5m2 (P runs from
-// 2^8 down past 2^-16 before it is lost; in e4m3 it was lost below about
-// 2^-10, a long tail's whole mass under one dominant token), bytes
-// [64, 128) the rest in e4m3; together about 8 significant bits.
-__device__ __forceinline__ void store_p_parts(u32 p_buf, int n, int x0, float a, float b) {
-  const u16 hi = to_fp8x2<true>(a, b);
-  float ba, bb;
-  from_fp8x2<true>(hi, ba, bb);
-  const u16 lo = to_fp8x2<false>(a - ba, b - bb);
-  asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(p_buf + swizzle128(n, x0)), "h"(hi) : "memory");
-  asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(p_buf + swizzle128(n, 64 + x0)), "h"(lo) : "memory");
+// P at two positions of one row (`a`, `b`) in P^T's two parts, `a` in the
+// low byte of each: the high part in e5m2 (P runs from 2^8 down past 2^-16
+// before it is lost; in e4m3 it was lost below about 2^-10, a long tail's
+// whole mass under one dominant token), the rest in e4m3; together about 8
+// significant bits. By way of f16, where P <= 2^8 fits and the rest after
+// the high part is exact: five instructions a pair, seven through float32.
+__device__ __forceinline__ void p_parts(float a, float b, u16& hi, u16& lo) {
+  asm("{\n .reg .b32 h, back;\n .reg .b16 h8, zero;\n"
+      " cvt.rn.f16x2.f32 h, %3, %2;\n"
+      " cvt.rn.satfinite.e5m2x2.f16x2 h8, h;\n"
+      " mov.b16 zero, 0;\n"
+      " mov.b32 back, {h8, zero};\n"
+      " prmt.b32 back, back, 0, 0x1404;\n"  // e5m2 is f16's high byte
+      " sub.rn.f16x2 h, h, back;\n"
+      " cvt.rn.satfinite.e4m3x2.f16x2 %1, h;\n"
+      " mov.b16 %0, h8;\n}\n"
+      : "=h"(hi), "=h"(lo)
+      : "f"(a), "f"(b));
 }
 // P^T of a thread's S^T (s[4 j + 2 h + e]: token rows g + 8 h, row
-// 8 j + 2 c4 + e) at positions x0 and x0 + 1, against the rows' reference
-// maxima, made visible to the matrix steps; l_part: each row's sum.
+// 8 j + 2 c4 + e), P = 2^(s scale - sub) per row, made visible to the
+// matrix steps; l_part: each row's sum. The thread's two tokens are byte
+// positions 16 warp + 2 g, + 1 of its rows (the order V^T's fragments take,
+// vt_latent), so each 8-row block of a part is an 8 x 8 matrix of byte
+// pairs transposed: COLS / 4 stmatrix stores where 2 COLS 16-bit ones and
+// their addresses took 60 instructions a tile for 48 rows.
 template <int COLS>
-__device__ __forceinline__ void store_p_tile(u32 p_buf, const float (&s)[2 * COLS], const float (&m_ref)[COLS],
-                                             int c4, int x0, float (&l_part)[COLS]) {
+__device__ __forceinline__ void store_p_tile(u32 p_buf, const float (&s)[2 * COLS], const float (&scale)[COLS],
+                                             const float (&sub)[COLS], int lane, int warp, float (&l_part)[COLS]) {
+  constexpr int kBlocks = COLS / 2;  // 8-row blocks; matrices 0 .. kBlocks - 1 the high part, then the rest
+  static_assert(COLS % 4 == 0, "whole four-matrix stores");
+  u32 m[COLS];
 #pragma unroll
-  for (int c = 0; c < COLS; ++c) {
-    const int i = 4 * (c / 2) + (c & 1);
-    const float sub = m_ref[c] == neg_inf() ? 0.0f : m_ref[c];
-    const float a = fast_exp2(s[i] - sub), b = fast_exp2(s[i + 2] - sub);
-    l_part[c] = a + b;
-    store_p_parts(p_buf, 8 * (c / 2) + 2 * c4 + (c & 1), x0, a, b);
+  for (int j = 0; j < kBlocks; ++j) {
+    u16 hi[2], lo[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int c = 2 * j + e, i = 4 * j + e;
+      const float a = fast_exp2(fmaf(s[i], scale[c], -sub[c])), b = fast_exp2(fmaf(s[i + 2], scale[c], -sub[c]));
+      l_part[c] = a + b;
+      p_parts(a, b, hi[e], lo[e]);
+    }
+    m[j] = static_cast<u32>(hi[0]) | static_cast<u32>(hi[1]) << 16;
+    m[kBlocks + j] = static_cast<u32>(lo[0]) | static_cast<u32>(lo[1]) << 16;
+  }
+  // Lane 8 k + r names row r of matrix 4 i + k: P^T row 8 j + r, its
+  // 16-byte column `warp` (high part) or 4 + warp, swizzled as swizzle128.
+  const int r = lane & 7, k = lane >> 3;
+  const u32 row = p_buf + r * 128 + (((warp ^ r) & 7) << 4);
+#pragma unroll
+  for (int i = 0; i < COLS / 4; ++i) {
+    const int mi = 4 * i + k;
+    const u32 at = mi < kBlocks ? row + 1024 * mi : (row ^ 64) + 1024 * (mi - kBlocks);
+    stmatrix_x4_trans(at, m[4 * i], m[4 * i + 1], m[4 * i + 2], m[4 * i + 3]);
   }
   fence_proxy_async();
 }
@@ -2670,7 +2707,7 @@ __device__ __forceinline__ float load_q_row(const Params& p, long long row, bool
 // byte permute per register then gathers a latent's four tokens. The A
 // registers of m-block b hold latents vt_latent(b, warp, g) (rows g) and
 // + 1 (rows g + 8), and positions 4 c4 .. 4 c4 + 3 are tokens 2 c4 +
-// {0, 8, 1, 9} (16 + 4 c4 ..: 16 more), the order P^T is stored in (x0).
+// {0, 8, 1, 9} (16 + 4 c4 ..: 16 more), the order store_p_tile keeps.
 // Against word loads and a byte transpose: 2 loads and 8 permutes for
 // 8 LDS and 12.
 __device__ __forceinline__ int vt_latent(int b, int warp, int g) { return 16 * (2 * warp + b) + 2 * g; }
@@ -2817,8 +2854,17 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
   const u32 p_own = base + L::kPOffset + wg * L::kPBytes;
   u32 v_off[2];
   vt_lane_offsets(warp, lane, v_off);
-  // S^T's rows g and g + 8 of this warp are P^T's positions x0 and x0 + 1.
-  const int x0 = 32 * (warp >> 1) + 16 * (warp & 1) + 4 * (g >> 1) + 2 * (g & 1);
+  // P^T of S (already scaled) against the reference maxima as they stand;
+  // a row that has seen nothing (-inf) subtracts 0.
+  auto store_p = [&](const float (&s)[8], float (&l_tile)[4]) {
+    float one[4], sub[4];
+#pragma unroll
+    for (int col = 0; col < 4; ++col) {
+      one[col] = 1.0f;
+      sub[col] = m_ref[col] == neg_inf() ? 0.0f : m_ref[col];
+    }
+    store_p_tile(p_own, s, one, sub, lane, warp, l_tile);
+  };
 
   for (int tile = wg; tile < n_tiles; tile += 2) {
     const int refill = tile + L::kStages;
@@ -2881,7 +2927,7 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
     // and only then (the first tiles, rarely after) do the maxima move
     // and P^T go out again: one warpgroup barrier a tile instead of two.
     float l_tile[4];
-    store_p_tile(p_own, s, m_ref, c4, x0, l_tile);
+    store_p(s, l_tile);
     if (barrier_any<128>(own_barrier, over)) {
       // The warpgroup's maxima per row: lanes, then its four warps.
 #pragma unroll
@@ -2910,7 +2956,7 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
           o[m][4 * (col / 2) + 2 + (col & 1)] *= f;
         }
       }
-      store_p_tile(p_own, s, m_ref, c4, x0, l_tile);
+      store_p(s, l_tile);
       named_barrier_sync(own_barrier, 128);  // P^T again; scratch is read before anyone's next write
     }
 #pragma unroll
@@ -3179,17 +3225,24 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
   for (int m = 0; m < 4; ++m)
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) o[m][i] = 0.0f;
+  // A row that has seen nothing holds the lowest finite reference, not
+  // -inf: P = 2^(s factor - m_ref) then needs no select. Any finite score
+  // passes it, and P^T stored against it is stored again.
   float m_ref[kCols], l_run[kCols], m_top[kCols];
 #pragma unroll
   for (int c = 0; c < kCols; ++c) {
-    m_ref[c] = neg_inf();
+    m_ref[c] = lowest_finite();
     l_run[c] = 0.0f;
     m_top[c] = neg_inf();
   }
   const u32 q_base = base + L::kQOffset;
   u32 v_off[2];
   vt_lane_offsets(warp, lane, v_off);
-  const int x0 = 32 * (warp >> 1) + 16 * (warp & 1) + 4 * (g >> 1) + 2 * (g & 1);
+  // S's factor per row (factor_s) of this thread's rows.
+  auto row_factors = [&](float (&f)[kCols]) {
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) f[c] = factor_s[8 * (c / 2) + 2 * c4 + (c & 1)];
+  };
 
   // S's steps [first, first + count) of Q's part `part` over the tile in
   // `stage`, into acc (the first step overwrites it), as one group.
@@ -3230,8 +3283,10 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
     const int refill = 2 * pair + L::kStages;  // refill and refill + 1 go into this pair's stages
     const int refill_page0 = refill < n_tiles ? rows.lookup(refill) : -1;
     const int refill_page1 = refill + 1 < n_tiles ? rows.lookup(refill + 1) : -1;
-    // s[4 j + 2 h + e]: token 16 warp + g + 8 h, row 8 j + 2 c4 + e.
+    // s[4 j + 2 h + e]: token 16 warp + g + 8 h, row 8 j + 2 c4 + e,
+    // unscaled (the factor is positive: the maxima scale after, P in its FMA).
     float s[kAcc];
+    bool over = false;
     {
       // Q's high part in chunks of kChunkSteps, each summed into float32,
       // one m64n48 accumulator at a time (O^T holds 96 registers a
@@ -3258,36 +3313,38 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
       const int tile_pos = w.kv_begin + own * T;
       const int pos0 = tile_pos + 16 * warp + g;
       const bool masked = tile_pos + T > mask_from;
+      if (masked) {
 #pragma unroll
-      for (int i = 0; i < kAcc; ++i) {
-        const int c = 2 * (i / 4) + (i & 1);
-        const int n = 8 * (i / 4) + 2 * c4 + (i & 1);
-        const float x = s[i] * factor_s[n];
-        s[i] = masked && pos0 + 8 * ((i >> 1) & 1) >= bound_s[n] ? neg_inf() : x;
-        m_top[c] = fmaxf(m_top[c], s[i]);
+        for (int i = 0; i < kAcc; ++i) {
+          if (pos0 + 8 * ((i >> 1) & 1) >= bound_s[8 * (i / 4) + 2 * c4 + (i & 1)]) s[i] = neg_inf();
+        }
+      }
+      float factor[kCols];
+      row_factors(factor);
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) {
+        const int i = 4 * (c / 2) + (c & 1);
+        const float mx = fmaxf(s[i], s[i + 2]) * factor[c];
+        m_top[c] = fmaxf(m_top[c], mx);
+        over |= passes_reference(m_ref[c], mx);
       }
     }
     issue_low_part(own + 2);
-    bool over = false;
-#pragma unroll
-    for (int c = 0; c < kCols; ++c) {
-      const int i = 4 * (c / 2) + (c & 1);
-      over |= passes_reference(m_ref[c], fmaxf(s[i], s[i + 2]));
-    }
     // P^T of this warpgroup's tile against the reference maxima as they
     // stand. The barrier that hands it to the other warpgroup also says
     // whether any row passed its maximum, and only then (the first pairs,
     // rarely after) does the block agree on new maxima, rescale and store
     // P^T again: one block barrier a pair instead of two.
     const u32 p_own = base + L::kPOffset + ((pair & 1) * 2 + wg) * L::kPBytes;
-    float l_pair[kCols];
-    store_p_tile(p_own, s, m_ref, c4, x0, l_pair);
+    float l_pair[kCols], factor[kCols];
+    row_factors(factor);
+    store_p_tile(p_own, s, factor, m_ref, lane, warp, l_pair);
     if (barrier_any<kThreads>(kFp8StepsBlockBarrier, over)) {
       // The block's maxima per row of the pair: lanes, then all eight warps.
 #pragma unroll
       for (int c = 0; c < kCols; ++c) {
         const int i = 4 * (c / 2) + (c & 1);
-        float mx = fmaxf(s[i], s[i + 2]);
+        float mx = fmaxf(s[i], s[i + 2]) * factor[c];
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
@@ -3310,7 +3367,7 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
           o[m][4 * (c / 2) + 2 + (c & 1)] *= f;
         }
       }
-      store_p_tile(p_own, s, m_ref, c4, x0, l_pair);
+      store_p_tile(p_own, s, factor, m_ref, lane, warp, l_pair);
       named_barrier_sync(kFp8StepsBlockBarrier, kThreads);  // P^T again; scratch is read before anyone's next write
     }
 #pragma unroll
