@@ -3106,8 +3106,8 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
 // Tiles go in pairs: warpgroup w computes S^T of tile 2 i + w and writes
 // its P^T; the block agrees on one reference maximum per row; then each
 // warpgroup multiplies both tiles' P^T into O^T of its 256 latents. Each
-// warpgroup copies the columns its P V reads into every stage (warpgroup 0
-// also the rope), so a stage's mbarrier counts the whole block.
+// warpgroup copies the columns its P V reads into every stage, and half
+// the rope, so a stage's mbarrier counts the whole block.
 //
 // S = Q K^T is split by Q's two e4m3 parts: the low part's 18 steps for
 // the next pair are issued right after this pair's row maxima, so the
@@ -3192,13 +3192,15 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
   for (int o = 16; o > 0; o >>= 1) mask_from = min(mask_from, __shfl_xor_sync(0xffffffffu, mask_from, o));
 
   // Copies: warpgroup w takes latent bytes [256 w, 256 w + 256) of every
-  // row, warpgroup 0 also the rope. Warp w of it rows 16 w .. 16 w + 15,
-  // two rows an instruction, 16 lanes a row (rows looked up as Fp8StepsRows says).
+  // row and the rope of half of them, so that both have the same work
+  // before the barrier they meet at. Its warp v takes rows 16 v .. 16 v +
+  // 15, two rows an instruction, 16 lanes a row, and the rope of rows
+  // 16 v + 8 w .. + 7, four lanes a row (rows looked up as Fp8StepsRows says).
   const Fp8StepsRows<PAGE, T> rows(w, page_row, warp, lane);
   const int half = lane >> 4, chunk = 16 * wg + (lane & 15);
   const int main_dst = (chunk / 8) * L::kBlockBytes + (16 * warp + half) * 128;
-  const int rope_row = 16 * warp + (lane >> 2);
-  const int rope_dst = L::kRopeOffset + swizzle64(rope_row, (lane & 3) * 16);
+  const int rope_row = 8 * wg + (lane >> 2);  // of the warp's 16
+  const int rope_dst = L::kRopeOffset + swizzle64(16 * warp + rope_row, (lane & 3) * 16);
   auto load_tile = [&](int tile, int page) {
     unsigned char* dst = smem + L::kKvOffset + (tile % L::kStages) * L::kTileBytes;
 #pragma unroll
@@ -3208,14 +3210,9 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
       const unsigned char* src = pool + static_cast<long long>(s < 0 ? 0 : s) * kHeadDim + chunk * 16;
       cp_async_16(dst + main_dst + 2 * k * 128 + (((chunk ^ row) & 7) << 4), src, s >= 0);
     }
-    if (wg == 0) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int s = rows.slot(tile, page, (lane >> 2) + 8 * h);
-        const unsigned char* src = pool + static_cast<long long>(s < 0 ? 0 : s) * kHeadDim + kLatent + (lane & 3) * 16;
-        cp_async_16(dst + rope_dst + h * 8 * 64, src, s >= 0);
-      }
-    }
+    const int s = rows.slot(tile, page, rope_row);
+    const unsigned char* src = pool + static_cast<long long>(s < 0 ? 0 : s) * kHeadDim + kLatent + (lane & 3) * 16;
+    cp_async_16(dst + rope_dst, src, s >= 0);
     cp_async_arrive(bar0 + 8 * (tile % L::kStages));
   };
   for (int tile = 0; tile < n_tiles && tile < L::kStages; ++tile) load_tile(tile, rows.lookup(tile));
