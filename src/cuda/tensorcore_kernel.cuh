@@ -2661,6 +2661,43 @@ __device__ __forceinline__ void store_p_tile(u32 p_buf, const float (&s)[2 * COL
   }
   fence_proxy_async();
 }
+// The rare path of both fp8-steps engines, once a row passed its reference
+// maximum: each row's maximum over WARPS warps from warp k0 on (lanes by
+// shuffle, then the warps' maxima through scratch: row n of warp k at
+// scratch[k R + n]; `warp_index` is this warp's k), the references moved
+// as next_reference_max says, and O (M_BLOCKS m-blocks of 2 COLS
+// accumulators) and l rescaled with them. `thread_max(c)`: this thread's
+// maximum of row c in the references' units.
+template <int R, int WARPS, int COLS, int M_BLOCKS, class ThreadMax>
+__device__ __forceinline__ void move_references(ThreadMax thread_max, float* scratch, int warp_index, int k0,
+                                                int barrier, int g, int c4, float (&m_ref)[COLS],
+                                                float (&l_run)[COLS], float (&o)[M_BLOCKS][2 * COLS]) {
+#pragma unroll
+  for (int c = 0; c < COLS; ++c) {
+    float mx = thread_max(c);
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+    if (g == 0) scratch[warp_index * R + 8 * (c / 2) + 2 * c4 + (c & 1)] = mx;
+  }
+  named_barrier_sync(barrier, 32 * WARPS);
+#pragma unroll
+  for (int c = 0; c < COLS; ++c) {
+    const int n = 8 * (c / 2) + 2 * c4 + (c & 1);
+    float mx = neg_inf();
+#pragma unroll
+    for (int k = 0; k < WARPS; ++k) mx = fmaxf(mx, scratch[(k0 + k) * R + n]);
+    const float next = next_reference_max(m_ref[c], mx);
+    const float f = rescale_factor(m_ref[c], next);
+    m_ref[c] = next;
+    l_run[c] *= f;
+#pragma unroll
+    for (int m = 0; m < M_BLOCKS; ++m) {
+      o[m][4 * (c / 2) + (c & 1)] *= f;
+      o[m][4 * (c / 2) + 2 + (c & 1)] *= f;
+    }
+  }
+}
 // The descriptors of S's matrix steps in the fp8-steps engines: step k of
 // the 18 takes 32 columns of the KV tile's and Q's 128-column blocks
 // (128-byte swizzle) or, from step 16 on, of their rope blocks (64-byte).
@@ -2930,32 +2967,8 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
     store_p(s, l_tile);
     if (barrier_any<128>(own_barrier, over)) {
       // The warpgroup's maxima per row: lanes, then its four warps.
-#pragma unroll
-      for (int col = 0; col < 4; ++col) {
-        const int i = 4 * (col / 2) + (col & 1);
-        float mx = fmaxf(s[i], s[i + 2]);
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
-        if (g == 0) scratch_s[(4 * wg + warp) * R + 8 * (col / 2) + 2 * c4 + (col & 1)] = mx;
-      }
-      named_barrier_sync(own_barrier, 128);
-#pragma unroll
-      for (int col = 0; col < 4; ++col) {
-        const int n = 8 * (col / 2) + 2 * c4 + (col & 1);
-        float mx = neg_inf();
-#pragma unroll
-        for (int k = 0; k < 4; ++k) mx = fmaxf(mx, scratch_s[(4 * wg + k) * R + n]);
-        const float next = next_reference_max(m_ref[col], mx);
-        const float f = rescale_factor(m_ref[col], next);
-        m_ref[col] = next;
-        l_run[col] *= f;
-#pragma unroll
-        for (int m = 0; m < 8; ++m) {
-          o[m][4 * (col / 2) + (col & 1)] *= f;
-          o[m][4 * (col / 2) + 2 + (col & 1)] *= f;
-        }
-      }
+      auto thread_max = [&](int col) { return fmaxf(s[4 * (col / 2) + (col & 1)], s[4 * (col / 2) + 2 + (col & 1)]); };
+      move_references<R, 4>(thread_max, scratch_s, 4 * wg + warp, 4 * wg, own_barrier, g, c4, m_ref, l_run, o);
       store_p(s, l_tile);
       named_barrier_sync(own_barrier, 128);  // P^T again; scratch is read before anyone's next write
     }
@@ -3338,32 +3351,10 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
     store_p_tile(p_own, s, factor, m_ref, lane, warp, l_pair);
     if (barrier_any<kThreads>(kFp8StepsBlockBarrier, over)) {
       // The block's maxima per row of the pair: lanes, then all eight warps.
-#pragma unroll
-      for (int c = 0; c < kCols; ++c) {
-        const int i = 4 * (c / 2) + (c & 1);
-        float mx = fmaxf(s[i], s[i + 2]) * factor[c];
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
-        if (g == 0) scratch_s[block_warp * R + 8 * (c / 2) + 2 * c4 + (c & 1)] = mx;
-      }
-      named_barrier_sync(kFp8StepsBlockBarrier, kThreads);
-#pragma unroll
-      for (int c = 0; c < kCols; ++c) {
-        const int n = 8 * (c / 2) + 2 * c4 + (c & 1);
-        float mx = neg_inf();
-#pragma unroll
-        for (int k = 0; k < 8; ++k) mx = fmaxf(mx, scratch_s[k * R + n]);
-        const float next = next_reference_max(m_ref[c], mx);
-        const float f = rescale_factor(m_ref[c], next);
-        m_ref[c] = next;
-        l_run[c] *= f;
-#pragma unroll
-        for (int m = 0; m < 4; ++m) {
-          o[m][4 * (c / 2) + (c & 1)] *= f;
-          o[m][4 * (c / 2) + 2 + (c & 1)] *= f;
-        }
-      }
+      auto thread_max = [&](int c) {
+        return fmaxf(s[4 * (c / 2) + (c & 1)], s[4 * (c / 2) + 2 + (c & 1)]) * factor[c];
+      };
+      move_references<R, 8>(thread_max, scratch_s, block_warp, 0, kFp8StepsBlockBarrier, g, c4, m_ref, l_run, o);
       store_p_tile(p_own, s, factor, m_ref, lane, warp, l_pair);
       named_barrier_sync(kFp8StepsBlockBarrier, kThreads);  // P^T again; scratch is read before anyone's next write
     }
