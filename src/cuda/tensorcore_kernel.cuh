@@ -3110,6 +3110,13 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
 #ifndef HELIXMLA_TC_FP8_STEPS_48_CHUNK_STEPS
 #define HELIXMLA_TC_FP8_STEPS_48_CHUNK_STEPS 6
 #endif
+// An A/B knob, not yet measured (session 34): 1 refills each tile of a
+// pair as soon as the warpgroup has its V^T fragments, the first while
+// the pair's earlier matrix steps run (ncu at 77e46dd had the refill at
+// 17% of case 10's samples, after the pair's last group).
+#ifndef HELIXMLA_TC_FP8_STEPS_48_REFILL_PER_TILE
+#define HELIXMLA_TC_FP8_STEPS_48_REFILL_PER_TILE 0
+#endif
 // 48-row tiles of fp8 KV (33-48 rows: suite case 10's 48 heads) on fp8
 // matrix steps, tokens as M and rows as N as in decode_tile_fp8_steps, but
 // O^T of 48 rows over all 512 latents would take 192 registers a thread,
@@ -3389,14 +3396,23 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
           }
         wgmma_commit();
       }
+#if HELIXMLA_TC_FP8_STEPS_48_REFILL_PER_TILE
+      // The tile's columns are free once the whole warpgroup has their
+      // fragments (its barrier): the first tile's refill then fills the
+      // wait for its groups, before the second tile's fragments.
+      named_barrier_sync(own_barrier, 128);
+      if (refill + tp < n_tiles) load_tile(refill + tp, tp == 0 ? refill_page0 : refill_page1);
+#endif
     }
     // S of both tiles was done before the block barrier above, and P V
     // reads the stages only through the fragments, which this warpgroup
     // has all loaded once it passes its own barrier: its columns of the
     // pair's stages are free while P V still runs.
+#if !HELIXMLA_TC_FP8_STEPS_48_REFILL_PER_TILE
     named_barrier_sync(own_barrier, 128);
     if (refill < n_tiles) load_tile(refill, refill_page0);
     if (refill + 1 < n_tiles) load_tile(refill + 1, refill_page1);
+#endif
   }
   wgmma_wait<0>();
 #pragma unroll
