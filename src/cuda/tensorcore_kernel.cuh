@@ -480,9 +480,9 @@ __device__ __forceinline__ void ldmatrix_x4_trans(u32 (&r)[4], u32 addr) {
                : "r"(addr));
 }
 __device__ __forceinline__ void ldmatrix_x4_trans(u32 (&r)[4], const void* p) { ldmatrix_x4_trans(r, smem_addr(p)); }
-// The inverse of ldmatrix_x4_trans: register i of lane 4 g + c is
-// elements (2 c, g) and (2 c + 1, g) of the matrix whose row (lane & 7)
-// lane 8 i + (lane & 7)'s address names.
+// The inverse of ldmatrix_x4_trans: lane 8 i + r gives the address of row
+// r of matrix i, and register i of lane 4 g + c holds that matrix's
+// elements (2 c, g) and (2 c + 1, g), the first in the low half.
 __device__ __forceinline__ void stmatrix_x4_trans(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3) {
   asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(r0), "r"(r1),
                "r"(r2), "r"(r3)
