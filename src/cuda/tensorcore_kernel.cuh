@@ -3117,6 +3117,13 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
 #ifndef HELIXMLA_TC_FP8_STEPS_48_REFILL_PER_TILE
 #define HELIXMLA_TC_FP8_STEPS_48_REFILL_PER_TILE 0
 #endif
+// Another, also not yet measured: 1 issues Q's low part for the next pair
+// as soon as S's high part is summed, before the masks and the row maxima
+// (3.4% of case 10's samples at 5385bc5, the tensor pipe idle through
+// them), at the cost of waiting for that stage's copy a little earlier.
+#ifndef HELIXMLA_TC_FP8_STEPS_48_LOW_PART_EARLY
+#define HELIXMLA_TC_FP8_STEPS_48_LOW_PART_EARLY 0
+#endif
 // 48-row tiles of fp8 KV (33-48 rows: suite case 10's 48 heads) on fp8
 // matrix steps, tokens as M and rows as N as in decode_tile_fp8_steps, but
 // O^T of 48 rows over all 512 latents would take 192 registers a thread,
@@ -3327,6 +3334,9 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
           for (int i = 0; i < kAcc; ++i) s[i] += acc[i];
         }
       }
+#if HELIXMLA_TC_FP8_STEPS_48_LOW_PART_EARLY
+      issue_low_part(own + 2);
+#endif
       const int tile_pos = w.kv_begin + own * T;
       const int pos0 = tile_pos + 16 * warp + g;
       const bool masked = tile_pos + T > mask_from;
@@ -3346,7 +3356,9 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
         over |= passes_reference(m_ref[c], mx);
       }
     }
+#if !HELIXMLA_TC_FP8_STEPS_48_LOW_PART_EARLY
     issue_low_part(own + 2);
+#endif
     // P^T of this warpgroup's tile against the reference maxima as they
     // stand. The barrier that hands it to the other warpgroup also says
     // whether any row passed its maximum, and only then (the first pairs,
