@@ -3262,11 +3262,6 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
   const u32 q_base = base + L::kQOffset;
   u32 v_off[2];
   vt_lane_offsets(warp, lane, v_off);
-  // S's factor per row (factor_s) of this thread's rows.
-  auto row_factors = [&](float (&f)[kCols]) {
-#pragma unroll
-    for (int c = 0; c < kCols; ++c) f[c] = factor_s[8 * (c / 2) + 2 * c4 + (c & 1)];
-  };
 
   // S's steps [first, first + count) of Q's part `part` over the tile in
   // `stage`, into acc (the first step overwrites it), as one group.
@@ -3310,6 +3305,11 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
     // s[4 j + 2 h + e]: token 16 warp + g + 8 h, row 8 j + 2 c4 + e,
     // unscaled (the factor is positive: the maxima scale after, P in its FMA).
     float s[kAcc];
+    // S's factor per row of this thread's rows, read once a pair: held
+    // across the loop it would cost kCols registers O^T needs.
+    float factor[kCols];
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) factor[c] = factor_s[8 * (c / 2) + 2 * c4 + (c & 1)];
     bool over = false;
     {
       // Q's high part in chunks of kChunkSteps, each summed into float32,
@@ -3346,8 +3346,6 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
           if (pos0 + 8 * ((i >> 1) & 1) >= bound_s[8 * (i / 4) + 2 * c4 + (i & 1)]) s[i] = neg_inf();
         }
       }
-      float factor[kCols];
-      row_factors(factor);
 #pragma unroll
       for (int c = 0; c < kCols; ++c) {
         const int i = 4 * (c / 2) + (c & 1);
@@ -3365,8 +3363,7 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
     // rarely after) does the block agree on new maxima, rescale and store
     // P^T again: one block barrier a pair instead of two.
     const u32 p_own = base + L::kPOffset + ((pair & 1) * 2 + wg) * L::kPBytes;
-    float l_pair[kCols], factor[kCols];
-    row_factors(factor);
+    float l_pair[kCols];
     store_p_tile(p_own, s, factor, m_ref, lane, warp, l_pair);
     if (barrier_any<kThreads>(kFp8StepsBlockBarrier, over)) {
       // The block's maxima per row of the pair: lanes, then all eight warps.
