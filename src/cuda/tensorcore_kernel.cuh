@@ -3110,20 +3110,6 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
 #ifndef HELIXMLA_TC_FP8_STEPS_48_CHUNK_STEPS
 #define HELIXMLA_TC_FP8_STEPS_48_CHUNK_STEPS 6
 #endif
-// An A/B knob, not yet measured (session 34): 1 refills each tile of a
-// pair as soon as the warpgroup has its V^T fragments, the first while
-// the pair's earlier matrix steps run (ncu at 77e46dd had the refill at
-// 17% of case 10's samples, after the pair's last group).
-#ifndef HELIXMLA_TC_FP8_STEPS_48_REFILL_PER_TILE
-#define HELIXMLA_TC_FP8_STEPS_48_REFILL_PER_TILE 0
-#endif
-// Another, also not yet measured: 1 issues Q's low part for the next pair
-// as soon as S's high part is summed, before the masks and the row maxima
-// (3.4% of case 10's samples at 5385bc5, the tensor pipe idle through
-// them), at the cost of waiting for that stage's copy a little earlier.
-#ifndef HELIXMLA_TC_FP8_STEPS_48_LOW_PART_EARLY
-#define HELIXMLA_TC_FP8_STEPS_48_LOW_PART_EARLY 0
-#endif
 // 48-row tiles of fp8 KV (33-48 rows: suite case 10's 48 heads) on fp8
 // matrix steps, tokens as M and rows as N as in decode_tile_fp8_steps, but
 // O^T of 48 rows over all 512 latents would take 192 registers a thread,
@@ -3334,9 +3320,6 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
           for (int i = 0; i < kAcc; ++i) s[i] += acc[i];
         }
       }
-#if HELIXMLA_TC_FP8_STEPS_48_LOW_PART_EARLY
-      issue_low_part(own + 2);
-#endif
       const int tile_pos = w.kv_begin + own * T;
       const int pos0 = tile_pos + 16 * warp + g;
       const bool masked = tile_pos + T > mask_from;
@@ -3354,9 +3337,7 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
         over |= passes_reference(m_ref[c], mx);
       }
     }
-#if !HELIXMLA_TC_FP8_STEPS_48_LOW_PART_EARLY
     issue_low_part(own + 2);
-#endif
     // P^T of this warpgroup's tile against the reference maxima as they
     // stand. The barrier that hands it to the other warpgroup also says
     // whether any row passed its maximum, and only then (the first pairs,
@@ -3405,23 +3386,14 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
           }
         wgmma_commit();
       }
-#if HELIXMLA_TC_FP8_STEPS_48_REFILL_PER_TILE
-      // The tile's columns are free once the whole warpgroup has their
-      // fragments (its barrier): the first tile's refill then fills the
-      // wait for its groups, before the second tile's fragments.
+      // S of both tiles was done before the block barrier above, and P V
+      // reads a stage only through the fragments, which this warpgroup
+      // has all loaded once it passes its own barrier: its columns of the
+      // tile's stage are free while P V still runs, and the first tile's
+      // refill fills the wait for its groups.
       named_barrier_sync(own_barrier, 128);
       if (refill + tp < n_tiles) load_tile(refill + tp, tp == 0 ? refill_page0 : refill_page1);
-#endif
     }
-    // S of both tiles was done before the block barrier above, and P V
-    // reads the stages only through the fragments, which this warpgroup
-    // has all loaded once it passes its own barrier: its columns of the
-    // pair's stages are free while P V still runs.
-#if !HELIXMLA_TC_FP8_STEPS_48_REFILL_PER_TILE
-    named_barrier_sync(own_barrier, 128);
-    if (refill < n_tiles) load_tile(refill, refill_page0);
-    if (refill + 1 < n_tiles) load_tile(refill + 1, refill_page1);
-#endif
   }
   wgmma_wait<0>();
 #pragma unroll
