@@ -3286,8 +3286,9 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
   for (int pair = 0; 2 * pair < n_tiles; ++pair) {
     const int own = 2 * pair + wg;
     const int refill = 2 * pair + L::kStages;  // refill and refill + 1 go into this pair's stages
-    const int refill_page0 = refill < n_tiles ? rows.lookup(refill) : -1;
-    const int refill_page1 = refill + 1 < n_tiles ? rows.lookup(refill + 1) : -1;
+    int refill_page[2];
+#pragma unroll
+    for (int tp = 0; tp < 2; ++tp) refill_page[tp] = refill + tp < n_tiles ? rows.lookup(refill + tp) : -1;
     // s[4 j + 2 h + e]: token 16 warp + g + 8 h, row 8 j + 2 c4 + e,
     // unscaled (the factor is positive: the maxima scale after, P in its FMA).
     float s[kAcc];
@@ -3392,7 +3393,7 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
       // tile's stage are free while P V still runs, and the first tile's
       // refill fills the wait for its groups.
       named_barrier_sync(own_barrier, 128);
-      if (refill + tp < n_tiles) load_tile(refill + tp, tp == 0 ? refill_page0 : refill_page1);
+      if (refill + tp < n_tiles) load_tile(refill + tp, refill_page[tp]);
     }
   }
   wgmma_wait<0>();
