@@ -138,7 +138,8 @@ CellResult execute_cell(const Backend& backend, const Cell& cell, const SweepSpa
   if (spec.stats) {
     const std::vector<float> got_stats(host.stats_.begin() + row * 2, host.stats_.begin() + (row + rows) * 2);
     const std::vector<double> want_stats(expected.stats.begin() + row * 2, expected.stats.begin() + (row + rows) * 2);
-    result.pass = result.pass && testing::compare_stats(got_stats, want_stats).within(1e-2);
+    result.pass =
+        result.pass && testing::compare_stats(got_stats, want_stats).within(testing::stats_tolerance(spec.kv_dtype));
   }
   return result;
 }
