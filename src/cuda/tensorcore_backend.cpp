@@ -63,22 +63,26 @@ class TensorcoreCatalog final : public KernelCatalog {
       std::vector<TensorcoreVariant> all;
       for (std::int32_t rows : kTensorcoreRowTiles) {
         const TensorcoreVariant plain{.rows = rows, .page_size = 0, .q_dtype = q, .kv_dtype = kv,
-                                      .wgmma = tensorcore_uses_wgmma(rows)};
+                                      .engine = tensorcore_default_engine(rows)};
         all.push_back(plain);
-        // The other builds of the tile differ from its plain one in one flag.
-        const auto with = [&](bool TensorcoreVariant::*build) {
+        // The other builds of the tile: another engine, or mma.sync's two-block build.
+        const auto on = [&](TensorcoreEngine engine) {
           TensorcoreVariant v = plain;
-          v.*build = true;
+          v.engine = engine;
           all.push_back(v);
         };
-        if (tensorcore_has_seesaw_build(rows, kv)) with(&TensorcoreVariant::seesaw);
-        if (tensorcore_has_two_block_build(rows, kv)) with(&TensorcoreVariant::two_blocks);
-        if (tensorcore_has_fp8_steps_build(rows, kv)) with(&TensorcoreVariant::fp8_steps);
+        if (tensorcore_has_seesaw_build(rows, kv)) on(TensorcoreEngine::seesaw);
+        if (tensorcore_has_two_block_build(rows, kv)) {
+          TensorcoreVariant v = plain;
+          v.two_blocks = true;
+          all.push_back(v);
+        }
+        if (tensorcore_has_fp8_steps_build(rows, kv)) on(TensorcoreEngine::fp8_steps);
       }
       // The 48-row tile exists on the fp8-steps engine alone.
       if (tensorcore_has_fp8_steps_build(kTensorcoreFp8StepsWideRows, kv)) {
         all.push_back({.rows = kTensorcoreFp8StepsWideRows, .page_size = 0, .q_dtype = q, .kv_dtype = kv,
-                       .fp8_steps = true});
+                       .engine = TensorcoreEngine::fp8_steps});
       }
       return all;
     };

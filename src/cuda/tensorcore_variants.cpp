@@ -10,12 +10,14 @@ namespace helixmla::cuda {
 bool TensorcoreVariant::precompiled() const {
   const bool page = std::find(kTensorcorePrecompiledPages.begin(), kTensorcorePrecompiledPages.end(),
                               page_size) != kTensorcorePrecompiledPages.end();
-  return page && q_dtype == DType::bf16 &&
-         (kv_dtype == DType::bf16 || kv_dtype == DType::fp8_e4m3) &&
-         wgmma == tensorcore_uses_wgmma(rows) && (!seesaw || tensorcore_has_seesaw_build(rows, kv_dtype)) &&
-         (!two_blocks || tensorcore_has_two_block_build(rows, kv_dtype)) &&
-         (!fp8_steps || tensorcore_has_fp8_steps_build(rows, kv_dtype)) &&
-         (rows != kTensorcoreFp8StepsWideRows || fp8_steps);
+  bool built = false;
+  switch (engine) {
+    case TensorcoreEngine::seesaw: built = tensorcore_has_seesaw_build(rows, kv_dtype); break;
+    case TensorcoreEngine::fp8_steps: built = tensorcore_has_fp8_steps_build(rows, kv_dtype); break;
+    default: built = engine == tensorcore_default_engine(rows) && rows != kTensorcoreFp8StepsWideRows; break;
+  }
+  return page && q_dtype == DType::bf16 && (kv_dtype == DType::bf16 || kv_dtype == DType::fp8_e4m3) && built &&
+         (!two_blocks || tensorcore_has_two_block_build(rows, kv_dtype));
 }
 
 int TensorcoreVariant::elem_kind() const {
@@ -27,14 +29,16 @@ int TensorcoreVariant::kv_kind() const {
 }
 
 bool TensorcoreVariant::reads_kv_map() const {
-  return seesaw && page_size % helixmla_tc::SeesawLayout::kTileTokens == 0;
+  return engine == TensorcoreEngine::seesaw && page_size % helixmla_tc::SeesawLayout::kTileTokens == 0;
 }
 
-int TensorcoreVariant::engine_kind() const {
-  if (seesaw) return helixmla_tc::kEngineSeesaw;
-  if (fp8_steps) return helixmla_tc::kEngineFp8Steps;
-  return wgmma ? helixmla_tc::kEngineWgmma : helixmla_tc::kEngineMmaSync;
-}
+static_assert(static_cast<int>(TensorcoreEngine::mma_sync) == helixmla_tc::kEngineMmaSync &&
+                  static_cast<int>(TensorcoreEngine::wgmma) == helixmla_tc::kEngineWgmma &&
+                  static_cast<int>(TensorcoreEngine::seesaw) == helixmla_tc::kEngineSeesaw &&
+                  static_cast<int>(TensorcoreEngine::fp8_steps) == helixmla_tc::kEngineFp8Steps,
+              "TensorcoreEngine numbers its engines as the kernels do");
+
+int TensorcoreVariant::engine_kind() const { return static_cast<int>(engine); }
 
 namespace {
 
@@ -43,31 +47,39 @@ namespace {
 template <typename F>
 auto with_config(const TensorcoreVariant& v, F f) {
   using namespace helixmla_tc;
-  if (v.two_blocks && !tensorcore_has_two_block_build(v.rows, v.kv_dtype)) {
-    throw InvalidArgument("variant.two_blocks", -1, v.name(), "only 32-row tiles with fp8 KV have a two-block build");
+  const TensorcoreEngine engine = v.engine;
+  if (v.two_blocks && (engine != TensorcoreEngine::mma_sync || !tensorcore_has_two_block_build(v.rows, v.kv_dtype))) {
+    throw InvalidArgument("variant.two_blocks", -1, v.name(),
+                          "only 32-row tiles with fp8 KV have a two-block build, on mma.sync");
   }
-  if (v.wgmma && v.rows != 64) throw InvalidArgument("variant.wgmma", -1, v.name(), "wgmma runs 64-row tiles");
-  if (v.seesaw && (!v.wgmma || v.kv_kind() == kKvFp8)) {
-    throw InvalidArgument("variant.seesaw", -1, v.name(), "the seesaw engine is wgmma on 16-bit KV");
+  if (engine == TensorcoreEngine::wgmma && v.rows != 64) {
+    throw InvalidArgument("variant.engine", -1, v.name(), "wgmma runs 64-row tiles");
   }
-  if (v.fp8_steps && (v.wgmma || v.seesaw || v.two_blocks || !tensorcore_has_fp8_steps_build(v.rows, v.kv_dtype))) {
-    throw InvalidArgument("variant.fp8_steps", -1, v.name(),
-                          "the fp8-steps engine runs 16- and 48-row tiles of fp8 KV alone");
+  if (engine == TensorcoreEngine::seesaw && (v.rows != 64 || v.kv_kind() == kKvFp8)) {
+    throw InvalidArgument("variant.engine", -1, v.name(), "the seesaw engine runs 64-row tiles of 16-bit KV");
   }
-  if (v.rows != 16 && v.rows != 32 && v.rows != 64 && !v.fp8_steps) {
+  if (engine == TensorcoreEngine::fp8_steps && !tensorcore_has_fp8_steps_build(v.rows, v.kv_dtype)) {
+    throw InvalidArgument("variant.engine", -1, v.name(), "the fp8-steps engine runs 16- and 48-row tiles of fp8 KV");
+  }
+  if (v.rows != 16 && v.rows != 32 && v.rows != 64 && engine != TensorcoreEngine::fp8_steps) {
     throw InvalidArgument("variant.rows", -1, std::to_string(v.rows),
                           "row tiles are 16, 32 or 64 rows, or 48 on the fp8-steps engine");
   }
-  if (v.seesaw) return f(Config<64, kKvSameAsQ, kEngineSeesaw>{});
-  if (v.fp8_steps && v.rows == 16) return f(Config<16, kKvFp8, kEngineFp8Steps>{});
-  if (v.fp8_steps) return f(Config<kTensorcoreFp8StepsWideRows, kKvFp8, kEngineFp8Steps>{});
   const bool fp8 = v.kv_kind() == kKvFp8;
+  switch (engine) {
+    case TensorcoreEngine::seesaw: return f(Config<64, kKvSameAsQ, kEngineSeesaw>{});
+    case TensorcoreEngine::fp8_steps:
+      if (v.rows == 16) return f(Config<16, kKvFp8, kEngineFp8Steps>{});
+      return f(Config<kTensorcoreFp8StepsWideRows, kKvFp8, kEngineFp8Steps>{});
+    case TensorcoreEngine::wgmma:
+      return fp8 ? f(Config<64, kKvFp8, kEngineWgmma>{}) : f(Config<64, kKvSameAsQ, kEngineWgmma>{});
+    case TensorcoreEngine::mma_sync: break;
+  }
   if (v.rows == 16) return fp8 ? f(Config<16, kKvFp8>{}) : f(Config<16, kKvSameAsQ>{});
   if (v.rows == 32) {
     if (v.two_blocks) return f(Config<32, kKvFp8, kEngineMmaSync, 2>{});
     return fp8 ? f(Config<32, kKvFp8>{}) : f(Config<32, kKvSameAsQ>{});
   }
-  if (v.wgmma) return fp8 ? f(Config<64, kKvFp8, kEngineWgmma>{}) : f(Config<64, kKvSameAsQ, kEngineWgmma>{});
   return fp8 ? f(Config<64, kKvFp8>{}) : f(Config<64, kKvSameAsQ>{});
 }
 
@@ -87,12 +99,26 @@ int TensorcoreVariant::block_threads() const {
 
 int TensorcoreVariant::build_blocks() const { return two_blocks ? 2 : 0; }
 
+namespace {
+
+// The engine's part of a build's name (mma.sync's none).
+std::string_view engine_suffix(TensorcoreEngine engine) {
+  switch (engine) {
+    case TensorcoreEngine::wgmma: return "_wgmma";
+    case TensorcoreEngine::seesaw: return "_seesaw";
+    case TensorcoreEngine::fp8_steps: return "_fp8steps";
+    case TensorcoreEngine::mma_sync: break;
+  }
+  return "";
+}
+
+}  // namespace
+
 std::string TensorcoreVariant::name() const { return name_for_page(std::to_string(page_size)); }
 
 std::string TensorcoreVariant::name_for_page(std::string_view page) const {
   return "tc_m" + std::to_string(rows) + "_p" + std::string(page) + "_" + std::string(to_string(q_dtype)) + "_" +
-         std::string(to_string(kv_dtype)) + (seesaw ? "_seesaw" : wgmma ? "_wgmma" : "") +
-         (two_blocks ? "_2blocks" : "") + (fp8_steps ? "_fp8steps" : "");
+         std::string(to_string(kv_dtype)) + std::string(engine_suffix(engine)) + (two_blocks ? "_2blocks" : "");
 }
 
 // Block slots per SM the plan fills (A/B builds, CMake's HELIXMLA_TC_KNOBS):
@@ -132,10 +158,10 @@ TensorcoreVariant tensorcore_variant(std::int32_t heads, std::int32_t q_len, std
   v.page_size = page_size;
   v.q_dtype = q_dtype;
   v.kv_dtype = kv_dtype;
-  v.wgmma = tensorcore_uses_wgmma(v.rows);
-  v.seesaw = tensorcore_uses_seesaw(v.rows, kv_dtype, batch_bucket);
+  v.engine = tensorcore_uses_seesaw(v.rows, kv_dtype, batch_bucket) ? TensorcoreEngine::seesaw
+             : tensorcore_uses_fp8_steps(v.rows, kv_dtype)                ? TensorcoreEngine::fp8_steps
+                                                                          : tensorcore_default_engine(v.rows);
   v.two_blocks = tensorcore_has_two_block_build(v.rows, kv_dtype) && batch_bucket >= kTwoBlocks32RowFp8FromBatch;
-  v.fp8_steps = tensorcore_uses_fp8_steps(v.rows, kv_dtype);
   return v;
 }
 

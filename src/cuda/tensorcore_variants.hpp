@@ -92,15 +92,25 @@ bool tensorcore_fp8_steps_enabled();
 // Whether 33-48 rows of fp8 KV run 48-row tiles, as the library was built.
 bool tensorcore_48_row_tiles_enabled();
 
+// A build's matrix engine, numbered as helixmla_tc::EngineKind.
+enum class TensorcoreEngine : std::int8_t {
+  mma_sync = 0,   // mma.sync, any row tile but 48
+  wgmma = 1,      // wgmma, 64 rows (fp8 KV widened by a producer warpgroup)
+  seesaw = 2,     // wgmma in FlashMLA's layout: 64 rows, 16-bit KV
+  fp8_steps = 3,  // wgmma with e4m3 operands, tokens as M: 16 or 48 rows, fp8 KV
+};
+// The engine a row tile runs by default (the 64-row tiles' wgmma, else mma.sync).
+constexpr TensorcoreEngine tensorcore_default_engine(std::int32_t rows) {
+  return tensorcore_uses_wgmma(rows) ? TensorcoreEngine::wgmma : TensorcoreEngine::mma_sync;
+}
+
 struct TensorcoreVariant {
   std::int32_t rows = 64;  // query rows per block (16, 32 or 64; 48 on the fp8-steps engine)
   std::int32_t page_size = 64;
   DType q_dtype = DType::bf16;   // also the output and MMA input type
   DType kv_dtype = DType::bf16;  // q_dtype or fp8_e4m3
-  bool wgmma = false;            // matrix engine: wgmma (64 rows only) or mma.sync
-  bool two_blocks = false;       // the build for two blocks per SM (32-row fp8 only; below)
-  bool seesaw = false;           // wgmma in FlashMLA's layout (64 rows, 16-bit KV; wgmma set too)
-  bool fp8_steps = false;        // wgmma with e4m3 operands, tokens as M (16 or 48 rows, fp8 KV)
+  TensorcoreEngine engine = TensorcoreEngine::mma_sync;
+  bool two_blocks = false;  // mma.sync's build for two blocks per SM (32-row fp8 only; below)
 
   bool precompiled() const;
   int elem_kind() const;  // helixmla_tc::ElemKind

@@ -71,7 +71,8 @@ std::vector<std::unique_ptr<PreparedRun>> prepare_all(const Problem& device_prob
         info->most_splits = std::max(info->most_splits, seg.splits);
         info->fewest_splits = info->fewest_splits == 0 ? seg.splits : std::min(info->fewest_splits, seg.splits);
       }
-      info->any_wgmma = info->any_wgmma || v.wgmma;
+      info->any_wgmma = info->any_wgmma || v.engine == cuda::TensorcoreEngine::wgmma ||
+                        v.engine == cuda::TensorcoreEngine::seesaw;
       info->any_two_blocks = info->any_two_blocks || v.two_blocks;
     }
     runs.push_back(backend->prepare(phase.problem, Workspace{}, stream));
@@ -264,10 +265,10 @@ TEST(TensorcoreFp8Producer, ItemsOfEveryShortTileCountMatch) {
 // Per-token Helix bounds that differ inside a verify group, including tokens
 // that see nothing (stats (-inf, 0), zero output).
 // Runs `spec` on its row tile (64 rows; 16 or 48 for the fp8-steps engine,
-// by the request's rows) with the engine named by `wgmma`, `seesaw` and
-// `fp8_steps` (compiled just in time where the catalog would not pick it),
-// under Helix per-token `bounds` if any, and checks it against the reference.
-void expect_engine_matches(SyntheticBatch& host, bool wgmma, bool seesaw, bool fp8_steps = false,
+// by the request's rows) on `engine` (compiled just in time where the
+// catalog would not pick it), under Helix per-token `bounds` if any, and
+// checks it against the reference.
+void expect_engine_matches(SyntheticBatch& host, cuda::TensorcoreEngine engine,
                            const std::vector<std::int32_t>& bounds = {}) {
   const BatchSpec& spec = host.spec();
   DeviceBatch device(host);
@@ -280,15 +281,15 @@ void expect_engine_matches(SyntheticBatch& host, bool wgmma, bool seesaw, bool f
   }
   validate(p);
   cuda::TensorcoreVariant variant = cuda::tensorcore_variant_of(p);
-  if (fp8_steps) {
+  if (engine == cuda::TensorcoreEngine::fp8_steps) {
     variant.rows = spec.heads * spec.q_len <= 16 ? 16 : cuda::kTensorcoreFp8StepsWideRows;
     ASSERT_LE(spec.heads * spec.q_len, variant.rows) << label_of(spec);
     variant.two_blocks = false;
   }
-  if (wgmma || seesaw) ASSERT_EQ(variant.rows, 64) << label_of(spec);
-  variant.wgmma = wgmma;
-  variant.seesaw = seesaw;
-  variant.fp8_steps = fp8_steps;
+  if (engine == cuda::TensorcoreEngine::wgmma || engine == cuda::TensorcoreEngine::seesaw) {
+    ASSERT_EQ(variant.rows, 64) << label_of(spec);
+  }
+  variant.engine = engine;
   const std::string label = label_of(spec) + " " + variant.name();
   device.poison_outputs();
   check_cuda(cudaDeviceSynchronize(), "poison");
@@ -303,10 +304,10 @@ void expect_engine_matches(SyntheticBatch& host, bool wgmma, bool seesaw, bool f
   device.download_outputs();
   expect_matches_reference(host, label, p.helix);
 }
-void expect_engine_matches(const BatchSpec& spec, bool wgmma, bool seesaw, bool fp8_steps = false,
+void expect_engine_matches(const BatchSpec& spec, cuda::TensorcoreEngine engine,
                            const std::vector<std::int32_t>& bounds = {}) {
   SyntheticBatch host(spec);
-  expect_engine_matches(host, wgmma, seesaw, fp8_steps, bounds);
+  expect_engine_matches(host, engine, bounds);
 }
 
 // 64-row tiles have three matrix engines (the seesaw engine for 16-bit KV,
@@ -315,16 +316,14 @@ void expect_engine_matches(const BatchSpec& spec, bool wgmma, bool seesaw, bool 
 TEST(TensorcoreEngines, EveryEngineOf64RowTilesMatchesReference) {
   SKIP_WITHOUT_TENSORCORE();
   if (!Environment::detect().nvrtc) GTEST_SKIP() << "no NVRTC";
-  struct Engine {
-    bool wgmma, seesaw;
-  };
-  for (const Engine engine : {Engine{true, true}, Engine{true, false}, Engine{false, false}}) {
+  for (const cuda::TensorcoreEngine engine :
+       {cuda::TensorcoreEngine::seesaw, cuda::TensorcoreEngine::wgmma, cuda::TensorcoreEngine::mma_sync}) {
     for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
-      if (engine.seesaw && kv == DType::fp8_e4m3) continue;  // 16-bit KV only
+      if (engine == cuda::TensorcoreEngine::seesaw && kv == DType::fp8_e4m3) continue;  // 16-bit KV only
       for (std::int32_t heads : {48, 128}) {
         BatchSpec spec = decode_spec(heads, heads == 48 ? 2 : 1, heads == 48 ? 16 : 64, kv);
         spec.kv_len = {700, 37, 2000};
-        expect_engine_matches(spec, engine.wgmma, engine.seesaw);
+        expect_engine_matches(spec, engine);
       }
     }
   }
@@ -348,12 +347,12 @@ TEST(TensorcoreEngines, SeesawEngineMatchesReferenceAcrossPagesAndVerifyGroups) 
       // 17-32 rows take the 64-row tile only in a batch of 16 or more.
       if (heads * q_len <= 32) spec.kv_len = {5, 301, 130, 1000, 64, 7, 640, 90, 33, 128, 1, 250, 700, 66, 12, 400};
       spec.generations = static_cast<std::int32_t>(spec.kv_len.size());
-      expect_engine_matches(spec, true, true);
+      expect_engine_matches(spec, cuda::TensorcoreEngine::seesaw);
     }
   }
   BatchSpec fp16 = decode_spec(128, 1, 64, DType::fp16);
   fp16.kv_len = {777, 64, 2048};
-  expect_engine_matches(fp16, true, true);
+  expect_engine_matches(fp16, cuda::TensorcoreEngine::seesaw);
 }
 
 // 16-row tiles of fp8 KV went to the fp8-steps engine by default in
@@ -367,7 +366,7 @@ TEST(TensorcoreEngines, MmaSyncEngineOfSixteenRowFp8TilesMatchesReference) {
       BatchSpec spec = decode_spec(heads, q_len, page, DType::fp8_e4m3);
       spec.kv_len = {5, 301, 1000, 64};
       spec.generations = static_cast<std::int32_t>(spec.kv_len.size());
-      expect_engine_matches(spec, false, false, false);
+      expect_engine_matches(spec, cuda::TensorcoreEngine::mma_sync);
     }
   }
 }
@@ -387,18 +386,18 @@ void expect_fp8_steps_engine_matches(std::initializer_list<std::pair<std::int32_
       BatchSpec spec = decode_spec(h, q_len, page, DType::fp8_e4m3);
       spec.kv_len = kv_len;
       spec.generations = static_cast<std::int32_t>(spec.kv_len.size());
-      expect_engine_matches(spec, false, false, true);
+      expect_engine_matches(spec, cuda::TensorcoreEngine::fp8_steps);
     }
   }
   BatchSpec split = decode_spec(heads, 1, 64, DType::fp8_e4m3);
   split.kv_len = {20000, 70};
   split.generations = 2;
-  expect_engine_matches(split, false, false, true);
+  expect_engine_matches(split, cuda::TensorcoreEngine::fp8_steps);
   BatchSpec fp16 = decode_spec(heads, 1, 64, DType::fp8_e4m3);
   fp16.q_dtype = DType::fp16;
   fp16.kv_len = {777, 64, 2048};
   fp16.generations = 3;
-  expect_engine_matches(fp16, false, false, true);
+  expect_engine_matches(fp16, cuda::TensorcoreEngine::fp8_steps);
   BatchSpec helix = decode_spec(helix_heads, 4, 16, DType::fp8_e4m3);
   helix.kv_len = {70, 1000, 3};
   helix.generations = 3;
@@ -406,7 +405,7 @@ void expect_fp8_steps_engine_matches(std::initializer_list<std::pair<std::int32_
   for (std::int32_t kv : helix.kv_len) {
     for (std::int32_t t = 0; t < 4; ++t) bounds.push_back(t < 2 ? 0 : std::min(kv, kv / 2 + 7 * t));
   }
-  expect_engine_matches(helix, false, false, true, bounds);
+  expect_engine_matches(helix, cuda::TensorcoreEngine::fp8_steps, bounds);
 }
 
 // 16-row tiles: 16 rows as heads or verify groups and fewer (the rest
@@ -483,7 +482,7 @@ TEST(TensorcoreEngines, Fp8StepsEngineKeepsALongTailUnderADominantToken) {
     spec.generations = 2;
     SyntheticBatch host(spec);
     dominate_first_token(host, 9.0);
-    expect_engine_matches(host, false, false, true);
+    expect_engine_matches(host, cuda::TensorcoreEngine::fp8_steps);
   }
 }
 
@@ -582,7 +581,7 @@ TEST(TensorcoreLazyRescale, RowMaximaClimbingOn48RowFp8StepsTilesMatch) {
     SyntheticBatch host(spec);
     grow_keys_along_sequence(host, 20.0f);
     EXPECT_GE(reference_moves(host, 2), 2) << label_of(spec) << ": the data does not move the reference";
-    expect_engine_matches(host, false, false, true);
+    expect_engine_matches(host, cuda::TensorcoreEngine::fp8_steps);
   }
 }
 

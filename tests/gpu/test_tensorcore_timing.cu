@@ -100,8 +100,7 @@ TEST(TensorcoreTiming, SuiteShapesPrintTimes) {
     if (variants.front().rows == 64 && c.heads * c.q_len <= 64) {
       variants.push_back(variants.front());
       variants.back().rows = 16;
-      variants.back().wgmma = false;
-      variants.back().seesaw = false;
+      variants.back().engine = cuda::TensorcoreEngine::mma_sync;
     }
     for (const cuda::TensorcoreVariant& variant : variants) {
       batch.poison_outputs(stream);

@@ -195,7 +195,7 @@ TEST_F(JitCacheTest, DirectoryFollowsOverrideThenEnvironment) {
 // NVRTC needs no GPU: the kernel text embedded in the library compiles for
 // sm_90a here, and the second request is served from the disk cache.
 TEST_F(JitCacheTest, TensorcoreKernelCompilesForSm90aAndIsCached) {
-  const TensorcoreVariant variant{64, 48, DType::bf16, DType::fp8_e4m3, true};
+  const TensorcoreVariant variant{64, 48, DType::bf16, DType::fp8_e4m3, TensorcoreEngine::wgmma};
   ASSERT_FALSE(variant.precompiled());
   const NvrtcProgram program = tensorcore_jit_program(variant, "sm_90a");
   JitCache cache(dir_);
@@ -224,12 +224,13 @@ TEST_F(JitCacheTest, TensorcoreKernelCompilesForSm90aAndIsCached) {
 // fp8 widening, the smallest page, the two-block build), not only the one
 // the cache test uses.
 TEST(NvrtcCompiler, TensorcoreVariantsCompile) {
-  const TensorcoreVariant variants[] = {{16, 1, DType::fp16, DType::fp8_e4m3, false},
-                                        {32, 96, DType::fp16, DType::fp16, false},
-                                        {32, 5, DType::bf16, DType::fp8_e4m3, false, true},
-                                        {32, 12, DType::fp16, DType::fp8_e4m3, false, true},
-                                        {64, 3, DType::bf16, DType::bf16, false},
-                                        {64, 7, DType::fp16, DType::fp16, true}};
+  constexpr TensorcoreEngine mma_sync = TensorcoreEngine::mma_sync;
+  const TensorcoreVariant variants[] = {{16, 1, DType::fp16, DType::fp8_e4m3, mma_sync},
+                                        {32, 96, DType::fp16, DType::fp16, mma_sync},
+                                        {32, 5, DType::bf16, DType::fp8_e4m3, mma_sync, true},
+                                        {32, 12, DType::fp16, DType::fp8_e4m3, mma_sync, true},
+                                        {64, 3, DType::bf16, DType::bf16, mma_sync},
+                                        {64, 7, DType::fp16, DType::fp16, TensorcoreEngine::wgmma}};
   for (const TensorcoreVariant& v : variants) {
     const std::vector<char> cubin = nvrtc_compile_cubin(tensorcore_jit_program(v, "sm_90a"));
     EXPECT_GT(cubin.size(), 1000u) << v.name();

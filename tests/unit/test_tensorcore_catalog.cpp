@@ -80,10 +80,9 @@ TEST(TensorcoreCatalog, PrecompiledPagesNeedNoNvrtc) {
       EXPECT_TRUE(v) << page << " " << v.reason;
       EXPECT_TRUE(chosen.precompiled);
       // 48 heads: the 48-row fp8-steps tile where it is on, else 64 rows.
-      const TensorcoreVariant expected =
-          kv == DType::fp8_e4m3 && tensorcore_48_row_tiles_enabled()
-              ? TensorcoreVariant{.rows = 48, .page_size = page, .kv_dtype = kv, .fp8_steps = true}
-              : TensorcoreVariant{.rows = 64, .page_size = page, .kv_dtype = kv, .wgmma = kTensorcoreWgmmaFor64Rows};
+      const bool wide = kv == DType::fp8_e4m3 && tensorcore_48_row_tiles_enabled();
+      const TensorcoreVariant expected{.rows = wide ? 48 : 64, .page_size = page, .kv_dtype = kv,
+                                       .engine = wide ? TensorcoreEngine::fp8_steps : tensorcore_default_engine(64)};
       EXPECT_EQ(chosen.name, expected.name());
     }
   }
@@ -192,7 +191,7 @@ TEST(TensorcoreCatalog, ThirtyTwoRowsOfSixteenBitKvRunPaddedOnWgmmaInBigBatches)
   s.batch_bucket = big;
   const TensorcoreVariant v = tensorcore_variant_for(s);
   EXPECT_EQ(v.rows, padded);
-  EXPECT_EQ(v.wgmma, kTensorcoreWgmmaFor64Rows);
+  EXPECT_EQ(v.engine == TensorcoreEngine::wgmma || v.engine == TensorcoreEngine::seesaw, kTensorcoreWgmmaFor64Rows);
 }
 
 TEST(TensorcoreCatalog, ThirtyTwoFp8RowsRunTheTwoBlockBuildInBigBatches) {
@@ -234,8 +233,8 @@ TEST(TensorcoreCatalog, BlockSlotsFollowTheBuild) {
 }
 
 TEST(TensorcoreCatalog, BuildsThatDoNotExistAreRefusedByName) {
-  const TensorcoreVariant bad_two_blocks{64, 64, DType::bf16, DType::bf16, true, true};
-  const TensorcoreVariant bad_wgmma{16, 64, DType::bf16, DType::bf16, true, false};
+  const TensorcoreVariant bad_two_blocks{64, 64, DType::bf16, DType::bf16, TensorcoreEngine::wgmma, true};
+  const TensorcoreVariant bad_wgmma{16, 64, DType::bf16, DType::bf16, TensorcoreEngine::wgmma, false};
   for (const TensorcoreVariant& v : {bad_two_blocks, bad_wgmma}) {
     try {
       (void)v.smem_bytes();
@@ -257,9 +256,10 @@ TEST(TensorcoreCatalog, BuildsThatDoNotExistAreRefusedByName) {
 TEST(TensorcoreCatalog, OnlySixtyFourRowTilesUseWgmma) {
   // Only 64-row tiles use wgmma; 16 rows, and 32 in small batches, keep
   // mma.sync (decode_shape's batch bucket is small).
-  EXPECT_FALSE(tensorcore_variant_for(decode_shape(16, 64)).wgmma);
-  EXPECT_FALSE(tensorcore_variant_for(decode_shape(24, 64)).wgmma);
-  EXPECT_EQ(tensorcore_variant_for(decode_shape(64, 64)).wgmma, kTensorcoreWgmmaFor64Rows);
+  EXPECT_EQ(tensorcore_variant_for(decode_shape(16, 64)).engine, TensorcoreEngine::mma_sync);
+  EXPECT_EQ(tensorcore_variant_for(decode_shape(24, 64)).engine, TensorcoreEngine::mma_sync);
+  EXPECT_EQ(tensorcore_variant_for(decode_shape(64, 64)).engine == TensorcoreEngine::wgmma,
+            kTensorcoreWgmmaFor64Rows);
 }
 
 TEST(TensorcoreCatalog, SixteenRowTilesOfFp8KvHaveAnFp8StepsBuild) {
@@ -272,14 +272,14 @@ TEST(TensorcoreCatalog, SixteenRowTilesOfFp8KvHaveAnFp8StepsBuild) {
   const bool chosen = tensorcore_fp8_steps_enabled();
   TensorcoreVariant fp8 = variant(16, 1, DType::fp8_e4m3, big);
   EXPECT_EQ(fp8.rows, 16);
-  EXPECT_EQ(fp8.fp8_steps, chosen);
-  EXPECT_EQ(variant(8, 2, DType::fp8_e4m3, big).fp8_steps, chosen);
-  EXPECT_EQ(variant(1, 1, DType::fp8_e4m3, big).fp8_steps, chosen);
-  EXPECT_FALSE(variant(16, 1, DType::bf16, big).fp8_steps);
-  EXPECT_FALSE(variant(32, 1, DType::fp8_e4m3, big).fp8_steps);
-  EXPECT_EQ(variant(16, 1, DType::fp8_e4m3, 1).fp8_steps, chosen);
-  fp8.fp8_steps = true;
-  EXPECT_FALSE(fp8.wgmma);
+  const auto on_fp8_steps = [](const TensorcoreVariant& v) { return v.engine == TensorcoreEngine::fp8_steps; };
+  EXPECT_EQ(on_fp8_steps(fp8), chosen);
+  EXPECT_EQ(on_fp8_steps(variant(8, 2, DType::fp8_e4m3, big)), chosen);
+  EXPECT_EQ(on_fp8_steps(variant(1, 1, DType::fp8_e4m3, big)), chosen);
+  EXPECT_FALSE(on_fp8_steps(variant(16, 1, DType::bf16, big)));
+  EXPECT_FALSE(on_fp8_steps(variant(32, 1, DType::fp8_e4m3, big)));
+  EXPECT_EQ(on_fp8_steps(variant(16, 1, DType::fp8_e4m3, 1)), chosen);
+  fp8.engine = TensorcoreEngine::fp8_steps;
   EXPECT_EQ(fp8.name(), "tc_m16_p64_bf16_fp8_fp8steps");
   EXPECT_EQ(fp8.smem_bytes(), helixmla_tc::Fp8StepsLayout::kSmemBytes);
   EXPECT_EQ(fp8.blocks_per_sm(), 1);
@@ -307,13 +307,13 @@ TEST(TensorcoreCatalog, FortyEightRowTilesOfFp8KvRunTheFp8StepsEngineWhenEnabled
   for (const auto& [heads, q_len] : {std::pair{48, 1}, std::pair{24, 2}, std::pair{40, 1}, std::pair{33, 1}}) {
     const TensorcoreVariant v = variant(heads, q_len, DType::fp8_e4m3, 64);
     EXPECT_EQ(v.rows, chosen ? 48 : 64) << heads << " x " << q_len;
-    EXPECT_EQ(v.fp8_steps, chosen) << heads << " x " << q_len;
+    EXPECT_EQ(v.engine == TensorcoreEngine::fp8_steps, chosen) << heads << " x " << q_len;
   }
   EXPECT_EQ(variant(48, 1, DType::bf16, 64).rows, 64);
   EXPECT_EQ(variant(49, 1, DType::fp8_e4m3, 64).rows, 64);
   EXPECT_EQ(variant(32, 1, DType::fp8_e4m3, 64).rows, 32);
   const TensorcoreVariant wide{.rows = 48, .page_size = 64, .q_dtype = DType::bf16, .kv_dtype = DType::fp8_e4m3,
-                               .fp8_steps = true};
+                               .engine = TensorcoreEngine::fp8_steps};
   EXPECT_EQ(wide.name(), "tc_m48_p64_bf16_fp8_fp8steps");
   EXPECT_EQ(wide.smem_bytes(), helixmla_tc::Fp8StepsSplitLatentsLayout::kSmemBytes);
   EXPECT_EQ(wide.blocks_per_sm(), 1);
@@ -325,7 +325,7 @@ TEST(TensorcoreCatalog, FortyEightRowTilesOfFp8KvRunTheFp8StepsEngineWhenEnabled
   EXPECT_TRUE(listed.count(wide.name())) << wide.name();
   EXPECT_FALSE(listed.count("tc_m48_p64_bf16_fp8"));
   TensorcoreVariant plain = wide;
-  plain.fp8_steps = false;
+  plain.engine = TensorcoreEngine::mma_sync;
   EXPECT_FALSE(plain.precompiled());
   EXPECT_THROW(plain.smem_bytes(), InvalidArgument);
   TensorcoreVariant bf16 = wide;
@@ -341,15 +341,15 @@ TEST(TensorcoreCatalog, SixtyFourRowTilesOfSixteenBitKvRunTheSeesawEngineInBigBa
   // fp8 KV, 16-row tiles and smaller batches keep their engines.
   const std::int32_t big = HELIXMLA_TC_SEESAW_FROM_BATCH;
   const TensorcoreVariant bf16 = variant(128, 1, DType::bf16, big);
-  EXPECT_TRUE(bf16.seesaw);
-  EXPECT_TRUE(bf16.wgmma);
+  const auto on_seesaw = [](const TensorcoreVariant& v) { return v.engine == TensorcoreEngine::seesaw; };
+  EXPECT_TRUE(on_seesaw(bf16));
   EXPECT_EQ(bf16.name(), "tc_m64_p64_bf16_bf16_seesaw");
   EXPECT_EQ(bf16.smem_bytes(), helixmla_tc::SeesawLayout::kSmemBytes);
   EXPECT_TRUE(bf16.precompiled());
-  EXPECT_TRUE(variant(48, 2, DType::bf16, big).seesaw);
-  EXPECT_TRUE(variant(48, 0, DType::bf16, big).seesaw);
-  EXPECT_TRUE(variant(64, 1, DType::bf16, big).seesaw);
-  EXPECT_TRUE(variant(48, 1, DType::bf16, big).seesaw);
+  EXPECT_TRUE(on_seesaw(variant(48, 2, DType::bf16, big)));
+  EXPECT_TRUE(on_seesaw(variant(48, 0, DType::bf16, big)));
+  EXPECT_TRUE(on_seesaw(variant(64, 1, DType::bf16, big)));
+  EXPECT_TRUE(on_seesaw(variant(48, 1, DType::bf16, big)));
   // Its TMA copies read the pool's tensor map where pages hold whole tiles.
   EXPECT_TRUE(bf16.reads_kv_map());
   TensorcoreVariant small_pages = bf16;
@@ -358,10 +358,10 @@ TEST(TensorcoreCatalog, SixtyFourRowTilesOfSixteenBitKvRunTheSeesawEngineInBigBa
   EXPECT_FALSE(variant(128, 1, DType::bf16, big / 2).reads_kv_map());
   const TensorcoreVariant padded = variant(24, 1, DType::bf16, big);
   EXPECT_EQ(padded.rows, 64);
-  EXPECT_TRUE(padded.seesaw);
-  EXPECT_FALSE(variant(128, 1, DType::fp8_e4m3, big).seesaw);
-  EXPECT_FALSE(variant(16, 1, DType::bf16, big).seesaw);
-  if (big > 1) EXPECT_FALSE(variant(128, 1, DType::bf16, big / 2).seesaw);
+  EXPECT_TRUE(on_seesaw(padded));
+  EXPECT_FALSE(on_seesaw(variant(128, 1, DType::fp8_e4m3, big)));
+  EXPECT_FALSE(on_seesaw(variant(16, 1, DType::bf16, big)));
+  if (big > 1) EXPECT_FALSE(on_seesaw(variant(128, 1, DType::bf16, big / 2)));
   const BackendPtr b = make_tensorcore_backend();
   std::set<std::string> listed;
   for (const KernelVariant& v : b->catalog().inventory(hopper(false))) listed.insert(v.name);
@@ -372,9 +372,10 @@ TEST(TensorcoreCatalog, SixtyFourRowTilesOfSixteenBitKvRunTheSeesawEngineInBigBa
   fp8.kv_dtype = DType::fp8_e4m3;
   EXPECT_FALSE(fp8.precompiled());
   EXPECT_THROW(fp8.smem_bytes(), InvalidArgument);
-  TensorcoreVariant sync = bf16;
-  sync.wgmma = false;
-  EXPECT_THROW(sync.smem_bytes(), InvalidArgument);
+  TensorcoreVariant sixteen = bf16;
+  sixteen.rows = 16;
+  EXPECT_FALSE(sixteen.precompiled());
+  EXPECT_THROW(sixteen.smem_bytes(), InvalidArgument);
 }
 
 // Every (row, KV position) a row may see is covered by exactly one item of

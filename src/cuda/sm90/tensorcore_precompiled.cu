@@ -34,7 +34,7 @@ const void* for_rows(const TensorcoreVariant& v) {
   switch (v.rows) {
     case 16:
       if constexpr (KV == helixmla_tc::kKvFp8) {
-        if (v.fp8_steps) return for_page<16, KV, helixmla_tc::kEngineFp8Steps>(page);
+        if (v.engine == TensorcoreEngine::fp8_steps) return for_page<16, KV, helixmla_tc::kEngineFp8Steps>(page);
       }
       return for_page<16, KV, helixmla_tc::kEngineMmaSync>(page);
     case 32:
@@ -44,12 +44,14 @@ const void* for_rows(const TensorcoreVariant& v) {
       return for_page<32, KV, helixmla_tc::kEngineMmaSync>(page);
     case kTensorcoreFp8StepsWideRows:
       if constexpr (KV == helixmla_tc::kKvFp8) {
-        if (v.fp8_steps) return for_page<kTensorcoreFp8StepsWideRows, KV, helixmla_tc::kEngineFp8Steps>(page);
+        if (v.engine == TensorcoreEngine::fp8_steps) {
+          return for_page<kTensorcoreFp8StepsWideRows, KV, helixmla_tc::kEngineFp8Steps>(page);
+        }
       }
       return nullptr;
     case 64:
       if constexpr (KV != helixmla_tc::kKvFp8) {
-        if (v.seesaw) return for_page<64, KV, helixmla_tc::kEngineSeesaw>(page);
+        if (v.engine == TensorcoreEngine::seesaw) return for_page<64, KV, helixmla_tc::kEngineSeesaw>(page);
       }
       return for_page<64, KV, tensorcore_uses_wgmma(64) ? helixmla_tc::kEngineWgmma : helixmla_tc::kEngineMmaSync>(page);
     default: return nullptr;
