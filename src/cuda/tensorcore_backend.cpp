@@ -62,22 +62,17 @@ class TensorcoreCatalog final : public KernelCatalog {
     const auto builds = [](DType q, DType kv) {
       std::vector<TensorcoreVariant> all;
       for (std::int32_t rows : kTensorcoreRowTiles) {
-        const TensorcoreVariant plain{.rows = rows, .page_size = 0, .q_dtype = q, .kv_dtype = kv,
-                                      .engine = tensorcore_default_engine(rows)};
-        all.push_back(plain);
-        // The other builds of the tile: another engine, or mma.sync's two-block build.
-        const auto on = [&](TensorcoreEngine engine) {
-          TensorcoreVariant v = plain;
-          v.engine = engine;
-          all.push_back(v);
+        // The tile's plain build on its default engine, then its others:
+        // another engine, or mma.sync's two-block build.
+        const auto add = [&](TensorcoreEngine engine, bool two_blocks) {
+          all.push_back({.rows = rows, .page_size = 0, .q_dtype = q, .kv_dtype = kv, .engine = engine,
+                         .two_blocks = two_blocks});
         };
-        if (tensorcore_has_seesaw_build(rows, kv)) on(TensorcoreEngine::seesaw);
-        if (tensorcore_has_two_block_build(rows, kv)) {
-          TensorcoreVariant v = plain;
-          v.two_blocks = true;
-          all.push_back(v);
-        }
-        if (tensorcore_has_fp8_steps_build(rows, kv)) on(TensorcoreEngine::fp8_steps);
+        const TensorcoreEngine plain = tensorcore_default_engine(rows);
+        add(plain, false);
+        if (tensorcore_has_seesaw_build(rows, kv)) add(TensorcoreEngine::seesaw, false);
+        if (tensorcore_has_two_block_build(rows, kv)) add(plain, true);
+        if (tensorcore_has_fp8_steps_build(rows, kv)) add(TensorcoreEngine::fp8_steps, false);
       }
       // The 48-row tile exists on the fp8-steps engine alone.
       if (tensorcore_has_fp8_steps_build(kTensorcoreFp8StepsWideRows, kv)) {

@@ -53,7 +53,7 @@ const void* for_rows(const TensorcoreVariant& v) {
       if constexpr (KV != helixmla_tc::kKvFp8) {
         if (v.engine == TensorcoreEngine::seesaw) return for_page<64, KV, helixmla_tc::kEngineSeesaw>(page);
       }
-      return for_page<64, KV, tensorcore_uses_wgmma(64) ? helixmla_tc::kEngineWgmma : helixmla_tc::kEngineMmaSync>(page);
+      return for_page<64, KV, static_cast<int>(tensorcore_default_engine(64))>(page);
     default: return nullptr;
   }
 }
