@@ -34,6 +34,9 @@ gtest_line() { grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$1" | tr -s ' ' | tr '\n
 
 nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$out/gpu.txt"
 gpus=$(nvidia-smi -L | wc -l)
+# Tests that need at most this many GPUs fail, not skip, when they find fewer:
+# a driver the CUDA runtime cannot use must not pass as a run of skips.
+export HELIXMLA_REQUIRE_GPUS=$gpus
 # The device copy of the tree has no .git: the caller may name the commit.
 commit=${HELIXMLA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 summary+=("commit $commit; $gpus x $(sed -n 2p "$out/gpu.txt")")

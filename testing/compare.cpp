@@ -7,10 +7,10 @@ namespace helixmla::testing {
 
 namespace {
 template <typename Load>
-Comparison compare_with(Load load, const std::vector<double>& reference) {
+Comparison compare_with(Load load, const std::vector<double>& reference, std::size_t begin, std::size_t end) {
   Comparison c;
   double diff2 = 0.0, ref2 = 0.0;
-  for (std::size_t i = 0; i < reference.size(); ++i) {
+  for (std::size_t i = begin; i < end; ++i) {
     const double x = load(i);
     if (!std::isfinite(x)) {
       ++c.non_finite;
@@ -26,14 +26,20 @@ Comparison compare_with(Load load, const std::vector<double>& reference) {
 }
 }  // namespace
 
-Comparison compare(const void* candidate, DType dtype, const std::vector<double>& reference) {
+Comparison compare(const void* candidate, DType dtype, const std::vector<double>& reference, std::size_t begin,
+                   std::size_t end) {
   return compare_with(
       [&](std::size_t i) { return static_cast<double>(load_as_float(candidate, dtype, static_cast<std::int64_t>(i))); },
-      reference);
+      reference, begin, end);
+}
+
+Comparison compare(const void* candidate, DType dtype, const std::vector<double>& reference) {
+  return compare(candidate, dtype, reference, 0, reference.size());
 }
 
 Comparison compare(const std::vector<float>& candidate, const std::vector<double>& reference) {
-  return compare_with([&](std::size_t i) { return static_cast<double>(candidate[i]); }, reference);
+  return compare_with([&](std::size_t i) { return static_cast<double>(candidate[i]); }, reference, 0,
+                      reference.size());
 }
 
 StatsComparison compare_stats(const std::vector<float>& candidate, const std::vector<double>& reference) {

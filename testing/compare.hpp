@@ -1,6 +1,7 @@
 // Error metrics between an output buffer and a float64 reference.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -44,6 +45,9 @@ constexpr double output_tolerance(DType kv_dtype) { return kv_dtype == DType::fp
 constexpr double stats_tolerance(DType kv_dtype) { return kv_dtype == DType::fp8_e4m3 ? 1e-2 : 1e-3; }
 
 Comparison compare(const void* candidate, DType dtype, const std::vector<double>& reference);
+// Over reference values [begin, end) only (the candidate indexed alike).
+Comparison compare(const void* candidate, DType dtype, const std::vector<double>& reference, std::size_t begin,
+                   std::size_t end);
 Comparison compare(const std::vector<float>& candidate, const std::vector<double>& reference);
 
 }  // namespace helixmla::testing

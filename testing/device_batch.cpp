@@ -4,11 +4,17 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <limits>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
+#include "compare.hpp"
 #include "device_fill.hpp"
 #include "helixmla/error.hpp"
+#include "helixmla/reference.hpp"
 
 namespace helixmla::testing {
 
@@ -51,13 +57,41 @@ void DeviceBuffer::fill_bytes(unsigned char value) {
   check(cudaStreamSynchronize(cudaStreamLegacy), "cudaMemset");
 }
 
-int cuda_device_count() {
+namespace {
+struct DeviceCount {
   int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
+  std::string error;  // why the count could not be read, past "no driver" and "no device"
+};
+DeviceCount probe_devices() {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status == cudaSuccess) return {count, {}};
+  cudaGetLastError();
+  if (status == cudaErrorNoDevice || status == cudaErrorInsufficientDriver) return {};
+  return {0, cudaGetErrorString(status)};
+}
+}  // namespace
+
+int cuda_device_count() { return probe_devices().count; }
+
+std::string missing_cuda_devices(int needed) {
+  const DeviceCount found = probe_devices();
+  if (found.count >= needed) return {};
+  std::string why = "needs " + std::to_string(needed) + (needed == 1 ? " CUDA device" : " CUDA devices") +
+                    ", found " + std::to_string(found.count);
+  if (!found.error.empty()) why += " (cudaGetDeviceCount: " + found.error + ")";
+  return why;
+}
+
+bool cuda_devices_required(int needed) {
+  const char* text = std::getenv("HELIXMLA_REQUIRE_GPUS");
+  if (text == nullptr || *text == '\0') return false;
+  char* end = nullptr;
+  const long count = std::strtol(text, &end, 10);
+  if (*end != '\0' || count < 0) {
+    throw std::invalid_argument("HELIXMLA_REQUIRE_GPUS: '" + std::string(text) + "' is not a GPU count");
   }
-  return count;
+  return needed <= count;
 }
 
 DeviceBatch::DeviceBatch(SyntheticBatch& host, int device) : host_(host), device_(device) {
@@ -148,6 +182,28 @@ void DeviceSyntheticBatch::download(std::vector<std::byte>& q, std::vector<std::
   q_.download(q.data(), q.size());
   pool_.download(pool.data(), pool.size());
   out_.download(out.data(), out.size());
+}
+
+double first_requests_rel_l2(DeviceSyntheticBatch& batch, std::int32_t requests) {
+  std::vector<std::byte> q, pool, out;
+  batch.download(q, pool, out);
+  Problem p = batch.problem();
+  const std::int32_t k = std::min(requests, p.num_requests());
+  p.location = Location::host();
+  p.q = q.data();
+  p.kv.pool = pool.data();
+  p.q_len = p.q_len.subspan(0, k);
+  p.kv_len = p.kv_len.subspan(0, k);
+  p.page_table = p.page_table.subspan(0, static_cast<std::size_t>(k) * p.page_table_stride);
+  p.stats = {};
+  const std::int64_t values = p.num_tokens() * p.num_heads * p.dims.kv_lora_rank;
+  std::vector<std::byte> expected(static_cast<std::size_t>(values) * dtype_size(p.out_dtype));
+  p.out = expected.data();
+  reference_attention(p);
+  std::vector<double> reference(static_cast<std::size_t>(values));
+  for (std::int64_t i = 0; i < values; ++i) reference[i] = load_as_float(expected.data(), p.out_dtype, i);
+  const Comparison c = compare(out.data(), p.out_dtype, reference);
+  return c.non_finite ? std::numeric_limits<double>::infinity() : c.rel_l2_err;
 }
 
 }  // namespace helixmla::testing

@@ -5,6 +5,8 @@
 #if defined(HELIXMLA_WITH_CUDA)
 
 #include <cstddef>
+#include <cstdint>
+#include <string>
 #include <vector>
 
 #include "synthetic_batch.hpp"
@@ -36,6 +38,15 @@ class DeviceBuffer {
 
 // Number of CUDA devices usable by this process (0 without a driver or GPU).
 int cuda_device_count();
+// Why a test that needs `needed` CUDA devices cannot run in this process,
+// empty when it can: how many it found and, for an error other than "no
+// driver" or "no device", which error hid them.
+std::string missing_cuda_devices(int needed);
+// Whether a test that needs `needed` devices must fail rather than skip
+// without them: HELIXMLA_REQUIRE_GPUS=N (scripts/gpu-check.sh sets the
+// machine's GPU count) asks it of tests that need at most N, so that a
+// broken driver cannot pass a GPU run as all skipped.
+bool cuda_devices_required(int needed);
 
 class DeviceBatch {
  public:
@@ -71,6 +82,11 @@ class DeviceSyntheticBatch {
   int device_;
   DeviceBuffer q_, pool_, out_, stats_;
 };
+
+// Relative L2 error of the first `requests` requests' outputs, downloaded,
+// against the float64 CPU reference over the same rows (infinity when an
+// output is not finite): the check for batches too large to reference whole.
+double first_requests_rel_l2(DeviceSyntheticBatch& batch, std::int32_t requests);
 
 }  // namespace helixmla::testing
 

@@ -27,6 +27,17 @@ std::vector<double> request_kv(const Problem& p, std::int64_t r) {
 
 }  // namespace
 
+std::int64_t naive_visible_positions(const Problem& p, std::int64_t request, std::int64_t t, std::int64_t token) {
+  // DESIGN §2: token t of a group of q_len new tokens sees positions
+  // [0, kv_len - q_len + 1 + t); Helix bounds replace that when given.
+  const std::int64_t kv_len = p.kv_len[request];
+  std::int64_t visible = kv_len - p.q_len[request] + 1 + t;
+  if (!p.helix.token_kv_bounds.empty()) visible = p.helix.token_kv_bounds[token];
+  if (visible < 0) visible = 0;
+  if (visible > kv_len) visible = kv_len;
+  return visible;
+}
+
 NaiveResult naive_attention(const Problem& p) {
   const std::int64_t heads = p.num_heads;
   const std::int64_t head_dim = p.dims.head_dim();
@@ -42,12 +53,7 @@ NaiveResult naive_attention(const Problem& p) {
     const std::int64_t kv_len = p.kv_len[r];
     const std::vector<double> kv = request_kv(p, r);
     for (std::int64_t t = 0; t < q_len; ++t, ++token) {
-      // DESIGN §2: token t of a group of q_len new tokens sees positions
-      // [0, kv_len - q_len + 1 + t); Helix bounds replace that when given.
-      std::int64_t visible = kv_len - q_len + 1 + t;
-      if (!p.helix.token_kv_bounds.empty()) visible = p.helix.token_kv_bounds[token];
-      if (visible < 0) visible = 0;
-      if (visible > kv_len) visible = kv_len;
+      const std::int64_t visible = naive_visible_positions(p, r, t, token);
 
       for (std::int64_t h = 0; h < heads; ++h) {
         const std::int64_t row = token * heads + h;

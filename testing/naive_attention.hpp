@@ -4,6 +4,7 @@
 // beyond the dtype decoders.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "helixmla/problem.hpp"
@@ -17,5 +18,12 @@ struct NaiveResult {
 
 // Reads a host problem (its outputs are ignored).
 NaiveResult naive_attention(const Problem& problem);
+
+// How many KV positions query token t of `request` (packed token `token`)
+// sees, by DESIGN §2 and the Helix bounds, clamped to [0, kv_len]: this
+// file's own reading, not the library's, so that a wrong mask there cannot
+// move the reference with it.
+std::int64_t naive_visible_positions(const Problem& problem, std::int64_t request, std::int64_t t,
+                                     std::int64_t token);
 
 }  // namespace helixmla::testing

@@ -32,9 +32,7 @@ NaiveResult parallel_naive_attention(const Problem& host) {
   std::int64_t token = 0;
   for (std::int32_t r = 0; r < host.num_requests(); ++r) {
     for (std::int32_t t = 0; t < host.q_len[r]; ++t, ++token) {
-      const std::int64_t visible = host.helix.token_kv_bounds.empty()
-                                       ? visible_kv(host.kv_len[r], host.q_len[r], t)
-                                       : host.helix.token_kv_bounds[token];
+      const std::int64_t visible = naive_visible_positions(host, r, t, token);
       for (std::int32_t h = 0; h < heads; h += kHeadsPerTask) {
         tasks.push_back({r, token, h, static_cast<std::int32_t>(std::min<std::int64_t>(kHeadsPerTask, heads - h)),
                          static_cast<std::int32_t>(visible)});

@@ -4,14 +4,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <limits>
 #include <vector>
 
 #include "compare.hpp"
 #include "device_batch.hpp"
 #include "gather_read.hpp"
 #include "helixmla/error.hpp"
-#include "helixmla/reference.hpp"
 
 namespace helixmla::tools {
 
@@ -20,30 +18,6 @@ namespace {
 constexpr std::size_t kMaxRotationBytes = std::size_t{48} << 30;
 constexpr int kMaxRotations = 4;
 constexpr std::int32_t kCheckedRequests = 2;
-
-// Float64 reference of the first requests of a downloaded batch, compared
-// with the same rows of the device output.
-double check_first_requests(testing::DeviceSyntheticBatch& batch) {
-  std::vector<std::byte> q, pool, out;
-  batch.download(q, pool, out);
-  Problem p = batch.problem();
-  const std::int32_t k = std::min(kCheckedRequests, p.num_requests());
-  p.location = Location::host();
-  p.q = q.data();
-  p.kv.pool = pool.data();
-  p.q_len = p.q_len.subspan(0, k);
-  p.kv_len = p.kv_len.subspan(0, k);
-  p.page_table = p.page_table.subspan(0, static_cast<std::size_t>(k) * p.page_table_stride);
-  p.stats = {};
-  const std::int64_t values = p.num_tokens() * p.num_heads * p.dims.kv_lora_rank;
-  std::vector<std::byte> expected(static_cast<std::size_t>(values) * dtype_size(p.out_dtype));
-  p.out = expected.data();
-  reference_attention(p);
-  std::vector<double> reference(static_cast<std::size_t>(values));
-  for (std::int64_t i = 0; i < values; ++i) reference[i] = load_as_float(expected.data(), p.out_dtype, i);
-  const testing::Comparison c = testing::compare(out.data(), p.out_dtype, reference);
-  return c.non_finite ? std::numeric_limits<double>::infinity() : c.rel_l2_err;
-}
 
 }  // namespace
 
@@ -175,7 +149,7 @@ CaseResult CaseRunner::run(const BenchCase& c, const CaseOptions& options) {
     batches.front()->poison_outputs(stream_);
     runs.front()->enqueue(stream_);
     cuda_ok(cudaStreamSynchronize(stream_), "verification run");
-    result.rel_l2_err = check_first_requests(*batches.front());
+    result.rel_l2_err = testing::first_requests_rel_l2(*batches.front(), kCheckedRequests);
     result.correct = result.rel_l2_err <= testing::output_tolerance(c.kv_dtype);
   }
   return result;

@@ -62,10 +62,28 @@ namespace {
 
 void expect_within_tolerance(const SyntheticBatch& host, const Problem& problem, const NaiveResult& reference,
                              const std::string& label) {
+  const double tolerance = output_tolerance(problem.kv.dtype);
   const Comparison out = compare(host.out_.data(), problem.out_dtype, reference.out);
-  EXPECT_TRUE(out.within(output_tolerance(problem.kv.dtype)))
-      << label << ": rel L2 " << out.rel_l2_err << ", max abs " << out.max_abs_err << ", non-finite "
-      << out.non_finite;
+  EXPECT_TRUE(out.within(tolerance)) << label << ": rel L2 " << out.rel_l2_err << ", max abs " << out.max_abs_err
+                                     << ", non-finite " << out.non_finite;
+  // Each request alone too: over the whole batch, a wrong short request
+  // would hide behind the norm of the others.
+  const std::size_t row_values = static_cast<std::size_t>(problem.num_heads * problem.dims.kv_lora_rank);
+  std::size_t begin = 0;
+  std::int32_t worst = -1;
+  Comparison worst_request;
+  for (std::int32_t r = 0; r < problem.num_requests(); ++r) {
+    const std::size_t end = begin + static_cast<std::size_t>(problem.q_len[r]) * row_values;
+    const Comparison request = compare(host.out_.data(), problem.out_dtype, reference.out, begin, end);
+    if (!request.within(tolerance) && (worst < 0 || request.rel_l2_err > worst_request.rel_l2_err)) {
+      worst = r;
+      worst_request = request;
+    }
+    begin = end;
+  }
+  EXPECT_EQ(worst, -1) << label << ": request " << worst << " (kv_len " << problem.kv_len[worst] << ", q_len "
+                       << problem.q_len[worst] << ") alone: rel L2 " << worst_request.rel_l2_err << ", non-finite "
+                       << worst_request.non_finite;
   if (problem.stats.present()) {
     const StatsComparison stats = compare_stats(host.stats_, reference.stats);
     EXPECT_TRUE(stats.within(stats_tolerance(problem.kv.dtype)))

@@ -20,6 +20,7 @@
 #include "device_batch.hpp"
 #include "gpu/gpu_test_support.hpp"
 #include "helixmla/runtime.hpp"
+#include "support/gpu_skip.hpp"
 #include "synthetic_batch.hpp"
 
 namespace helixmla::testing {
@@ -72,7 +73,7 @@ struct ThreadBatch {
 };
 
 TEST(ConcurrentRunsGpu, ThreadsSharingRuntimesEachMatchTheReference) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(1);
   const Environment env = Environment::detect();
   if (!cuda::make_generic_backend()->available(env)) GTEST_SKIP() << "no CUDA backend available";
   RuntimeOptions generic;

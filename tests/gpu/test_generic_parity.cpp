@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -23,13 +24,11 @@
 #include "gpu/gpu_test_support.hpp"
 #include "helixmla/error.hpp"
 #include "helixmla/validate.hpp"
+#include "support/gpu_skip.hpp"
 #include "synthetic_batch.hpp"
 
 namespace helixmla::testing {
 namespace {
-
-#define SKIP_WITHOUT_GPU() \
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"
 
 void check_cuda(cudaError_t status) { ASSERT_EQ(status, cudaSuccess) << cudaGetErrorString(status); }
 
@@ -92,7 +91,7 @@ std::string sweep_name(const ::testing::TestParamInfo<SweepCase>& info) {
 class GenericParity : public ::testing::TestWithParam<SweepCase> {};
 
 TEST_P(GenericParity, MatchesReference) {
-  SKIP_WITHOUT_GPU();
+  HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(1);
   const SweepCase& c = GetParam();
   // Odd lengths, a partial last page, and one exact multiple of the page.
   BatchSpec spec =
@@ -110,7 +109,7 @@ INSTANTIATE_TEST_SUITE_P(Sweep, GenericParity, ::testing::ValuesIn(sweep_cases()
 // ---------------------------------------------------------------- batches
 
 TEST(GenericMixedBatch, ContextsAndGenerationsRunAsTwoPhases) {
-  SKIP_WITHOUT_GPU();
+  HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(1);
   struct Mixed {
     std::int32_t heads, page, context_len, q_len;
     DType kv;
@@ -127,7 +126,7 @@ TEST(GenericMixedBatch, ContextsAndGenerationsRunAsTwoPhases) {
 }
 
 TEST(GenericHelix, BoundsReplaceTheMaskAndEmptyRowsAreExact) {
-  SKIP_WITHOUT_GPU();
+  HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(1);
   BatchSpec spec;
   // Four heads keep each request's 12 rows in one block, so a token with
   // bound 0 shares a split KV range with tokens that see 650 and 700 positions.
@@ -175,21 +174,21 @@ SyntheticBatch long_request(std::int32_t heads, std::int32_t q_len, std::int32_t
 }
 
 TEST(GenericSplitKv, OneLongRequestIsSplitAndCombined) {
-  SKIP_WITHOUT_GPU();
+  HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(1);
   SyntheticBatch host = long_request(16, 1, 64, DType::bf16);
   EXPECT_FALSE(cuda::plan_generic_work(host.problem(), cuda::device_sm_count(0)).segments.empty());
   expect_parity(host, "split H16 q1", 1);
 }
 
 TEST(GenericLongRequest, ManyHeadsFp8PageOfThree) {
-  SKIP_WITHOUT_GPU();
+  HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(1);
   SyntheticBatch host = long_request(128, 2, 3, DType::fp8_e4m3);
   EXPECT_FALSE(cuda::plan_generic_work(host.problem(), cuda::device_sm_count(0)).segments.empty());
   expect_parity(host, "split H128 q2 fp8 page3", 1);
 }
 
 TEST(GenericDims, NonDefaultLatentAndRopeWidths) {
-  SKIP_WITHOUT_GPU();
+  HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(1);
   struct Dims {
     std::int32_t rank, rope;
     DType kv;
@@ -205,7 +204,7 @@ TEST(GenericDims, NonDefaultLatentAndRopeWidths) {
 // Small shapes for compute-sanitizer (memcheck, racecheck): page size 1,
 // odd heads and page sizes, verify groups up to 16 tokens, fp8, a split range.
 TEST(GenericSanitize, SmallShapes) {
-  SKIP_WITHOUT_GPU();
+  HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(1);
   struct Small {
     std::int32_t heads, page, q_len;
     std::vector<std::int32_t> kv_len;
@@ -221,7 +220,7 @@ TEST(GenericSanitize, SmallShapes) {
 // ---------------------------------------------------------------- run API
 
 TEST(GenericWorkspace, CallerWorkspaceWorksAndTooSmallIsRejected) {
-  SKIP_WITHOUT_GPU();
+  HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(1);
   BatchSpec spec;
   spec.heads = 16;
   spec.kv_len = {3000, 41};
@@ -253,7 +252,7 @@ TEST(GenericWorkspace, CallerWorkspaceWorksAndTooSmallIsRejected) {
 }
 
 TEST(GenericGraphReplay, CapturedEnqueueReplaysTwice) {
-  SKIP_WITHOUT_GPU();
+  HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(1);
   BatchSpec spec;
   spec.heads = 16;
   spec.q_len = 2;
@@ -343,7 +342,7 @@ void expect_combine_merges(const std::int32_t columns) {
     }
   }
   // Rows 1 and 2 of the output belong to no segment: they must keep their
-  // poison, which the comparison below skips by construction.
+  // poison (0xff bytes: NaN in fp16 and float32).
   DeviceBuffer d_segments(segments.size() * sizeof(cuda::SplitSegment));
   d_segments.upload(segments.data(), d_segments.bytes());
   DeviceBuffer d_partial(partial.size() * sizeof(float)), d_stats(stats.size() * sizeof(float));
@@ -408,18 +407,25 @@ void expect_combine_merges(const std::int32_t columns) {
         EXPECT_NEAR(out_stats[row * 2 + 1], expected_stats[row * 2 + 1], 1e-4 * expected_stats[row * 2 + 1]);
       }
     }
+    for (std::int64_t row : {1, 2}) {
+      const bool out_kept = std::all_of(out.begin() + row * columns, out.begin() + (row + 1) * columns,
+                                        [](std::uint16_t bits) { return bits == 0xffffu; });
+      EXPECT_TRUE(out_kept) << "row " << row << " belongs to no segment, yet its output was written";
+      EXPECT_TRUE(std::isnan(out_stats[row * 2]) && std::isnan(out_stats[row * 2 + 1]))
+          << "row " << row << " belongs to no segment, yet its stats were written";
+    }
   }
 }
 
 TEST(GenericSplitCombine, MergesSplitsAndIgnoresEmptyOnes) {
-  SKIP_WITHOUT_GPU();
+  HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(1);
   // 512: MLA's rank, one pass of float4 loads; 640: a second, partial pass;
   // 510: not a multiple of 4, column by column.
   for (const std::int32_t rank : {512, 640, 510}) expect_combine_merges(rank);
 }
 
 TEST(GenericSplitCombine, WideRowsBeyondTheRowsAreRefused) {
-  SKIP_WITHOUT_GPU();
+  HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(1);
   DeviceBuffer dummy(4096);
   cuda::SplitCombineArgs args;
   args.segments = static_cast<const cuda::SplitSegment*>(dummy.data());
@@ -433,101 +439,6 @@ TEST(GenericSplitCombine, WideRowsBeyondTheRowsAreRefused) {
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("wide_rows"), std::string::npos) << e.what();
   }
-}
-
-// ---------------------------------------------------------------- capability (no GPU needed)
-
-Environment environment(Arch arch) {
-  Environment env;
-  env.arch = arch;
-  env.device_count = arch == Arch::none ? 0 : 1;
-  env.built_backends = {"cpu", "cuda_generic"};
-  return env;
-}
-
-PhaseShape device_shape() {
-  PhaseShape shape;
-  shape.num_heads = 48;
-  shape.page_size = 64;
-  shape.on_device = true;
-  return shape;
-}
-
-TEST(GenericBackendCapability, AvailabilityFollowsBuildAndArch) {
-  const BackendPtr backend = cuda::make_generic_backend();
-  EXPECT_EQ(backend->name(), "cuda_generic");
-  EXPECT_EQ(backend->priority(), 50);
-  EXPECT_FALSE(backend->available(environment(Arch::none)));
-  for (Arch arch : {Arch::sm80, Arch::sm86, Arch::sm89, Arch::sm90, Arch::sm100, Arch::sm120}) {
-    EXPECT_TRUE(backend->available(environment(arch))) << to_string(arch);
-  }
-  Environment not_built = environment(Arch::sm90);
-  not_built.built_backends = {"cpu"};
-  const Verdict verdict = backend->available(not_built);
-  EXPECT_FALSE(verdict);
-  EXPECT_FALSE(verdict.reason.empty());
-}
-
-TEST(GenericBackendCapability, ChecksEveryRuleWithAReason) {
-  const BackendPtr backend = cuda::make_generic_backend();
-  EXPECT_TRUE(backend->check(device_shape()));
-  const auto refused = [&](PhaseShape shape, const std::string& needle) {
-    const Verdict verdict = backend->check(shape);
-    EXPECT_FALSE(verdict) << describe(shape);
-    EXPECT_NE(verdict.reason.find(needle), std::string::npos) << verdict.reason;
-  };
-  PhaseShape host = device_shape();
-  host.on_device = false;
-  refused(host, "host memory");
-  PhaseShape wide = device_shape();
-  wide.dims = {1024, 64};
-  refused(wide, "kv_lora_rank");
-  PhaseShape rope = device_shape();
-  rope.dims = {512, 128};
-  refused(rope, "rope_dim");
-  PhaseShape mixed = device_shape();
-  mixed.q_dtype = mixed.out_dtype = DType::fp16;
-  refused(mixed, "bf16 KV needs bf16");
-  PhaseShape tree = device_shape();
-  tree.mask = MaskKind::tree;
-  refused(tree, "mask");
-  PhaseShape layout = device_shape();
-  layout.has_stats = true;
-  layout.stats_fp32_contiguous = false;
-  refused(layout, "float32");
-
-  for (std::int32_t page : {1, 3, 16, 64, 127, 1024}) {
-    for (std::int32_t heads : {1, 7, 48, 128}) {
-      for (std::int32_t q_len : {1, 5, 16, 0}) {
-        PhaseShape shape = device_shape();
-        shape.page_size = page;
-        shape.num_heads = heads;
-        shape.q_len = q_len;
-        shape.phase = q_len == 0 ? PhaseKind::context : PhaseKind::generation;
-        shape.helix = heads % 2 == 1;
-        shape.has_stats = shape.helix;
-        EXPECT_TRUE(backend->check(shape)) << describe(shape);
-        EXPECT_TRUE(backend->catalog().can_implement(shape, environment(Arch::sm90))) << describe(shape);
-      }
-    }
-  }
-}
-
-TEST(GenericBackendCapability, CatalogHasOneKernelPerDtypePair) {
-  const BackendPtr backend = cuda::make_generic_backend();
-  const auto variants = backend->catalog().inventory(environment(Arch::sm90));
-  std::vector<std::string> names;
-  for (const KernelVariant& v : variants) {
-    EXPECT_TRUE(v.precompiled);
-    names.push_back(v.name);
-  }
-  EXPECT_EQ(names, (std::vector<std::string>{"generic_q-bf16_kv-bf16", "generic_q-bf16_kv-fp8",
-                                             "generic_q-fp16_kv-fp16", "generic_q-fp16_kv-fp8"}));
-  PhaseShape shape = device_shape();
-  shape.kv_dtype = DType::fp8_e4m3;
-  KernelVariant chosen;
-  ASSERT_TRUE(backend->catalog().can_implement(shape, environment(Arch::sm90), &chosen));
-  EXPECT_EQ(chosen.name, "generic_q-bf16_kv-fp8");
 }
 
 }  // namespace

@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "compare.hpp"
 #include "device_batch.hpp"
 #include "dist/exchange.hpp"
 #include "dist/helix_driver.hpp"
 #include "helixmla/helix.hpp"
+#include "support/gpu_skip.hpp"
 #include "support/helix_step.hpp"
 #include "synthetic_batch.hpp"
 
@@ -27,11 +27,6 @@ namespace helixmla {
 namespace {
 
 using testing::HelixStepCase;
-
-#define SKIP_WITHOUT_GPU()                                              \
-  do {                                                                  \
-    if (testing::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"; \
-  } while (0)
 
 void sync() { ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess); }
 
@@ -57,7 +52,7 @@ std::vector<std::uint8_t> random_bytes(std::size_t n, std::uint64_t seed) {
 }
 
 TEST(HelixGpu, KvAppendMatchesTheHostTwinBitForBit) {
-  SKIP_WITHOUT_GPU();
+  HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(1);
   const std::vector<std::int32_t> q_len = {1, 4, 2, 3}, kv_len = {40, 66, 2, 128};
   const std::vector<std::int32_t> table = {0, 1, -1, -1, 2, 3, 4, -1, 5, -1, -1, -1, 6, 7, 8, 9};
   const std::int32_t page = 32, stride = 4, num_pages = 12, width = 576;
@@ -108,7 +103,7 @@ TEST(HelixGpu, KvAppendMatchesTheHostTwinBitForBit) {
 }
 
 TEST(HelixGpu, CombineMatchesTheHostTwin) {
-  SKIP_WITHOUT_GPU();
+  HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(1);
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
   for (std::int32_t cp : {1, 2, 3, 8}) {
     // Widths past one pass of the kernel's columns (512) take a second, partial pass.
@@ -178,7 +173,7 @@ TEST(HelixGpu, CombineMatchesTheHostTwin) {
 }
 
 TEST(HelixGpu, PackAndInProcessDeviceExchangeMatchTheHost) {
-  SKIP_WITHOUT_GPU();
+  HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(1);
   for (std::int32_t cp : {2, 3, 8}) {
     for (bool separate_streams : {false, true}) {
       const dist::ExchangeShape shape{cp, 3, 24, 512, DType::bf16};
@@ -249,7 +244,7 @@ HelixStepCase gpu_case() {
 class HelixGpuStep : public ::testing::TestWithParam<HelixStepCase> {};
 
 TEST_P(HelixGpuStep, MatchesTheUnsplitReference) {
-  SKIP_WITHOUT_GPU();
+  HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(1);
   const HelixStepCase& c = GetParam();
   testing::SyntheticBatch batch(testing::batch_spec_of(c, 0x9e11 + c.cp));
   const Problem global = batch.problem();
@@ -270,10 +265,8 @@ TEST_P(HelixGpuStep, MatchesTheUnsplitReference) {
   driver.poison_outputs();
   const std::optional<double> graph_us = driver.graph_step_us(&why);
   ASSERT_TRUE(graph_us.has_value()) << why;
-  std::vector<std::byte> replayed(batch.out_bytes(), std::byte{0xff});
-  driver.fetch_output(replayed.data(), nullptr);
-  const testing::Comparison replay_error = testing::compare(replayed.data(), global.out_dtype, step.expected.out);
-  EXPECT_TRUE(replay_error.within(1e-2)) << c.name << " graph replay: rel L2 " << replay_error.rel_l2_err;
+  testing::expect_fetched_step_matches(driver, batch, step.expected, c.name + " graph replay",
+                                       {.out_rel_l2 = 1e-2, .stats = 2e-3});
 }
 
 std::vector<HelixStepCase> gpu_cases() {

@@ -21,6 +21,7 @@
 #include "gpu/gpu_test_support.hpp"
 #include "helixmla/error.hpp"
 #include "helixmla/runtime.hpp"
+#include "support/gpu_skip.hpp"
 #include "support/host_checks.hpp"
 #include "synthetic_batch.hpp"
 
@@ -52,7 +53,6 @@ bool outputs_untouched(SyntheticBatch& host, DeviceBatch& device) {
 // The CUDA backends this GPU has, each behind a Runtime that is made to use it.
 std::vector<std::unique_ptr<Runtime>> cuda_runtimes() {
   std::vector<std::unique_ptr<Runtime>> runtimes;
-  if (cuda_device_count() == 0) return runtimes;
   const Environment env = Environment::detect();
   for (const BackendPtr& backend : {cuda::make_tensorcore_backend(), cuda::make_generic_backend()}) {
     if (!backend->available(env)) continue;
@@ -65,6 +65,7 @@ std::vector<std::unique_ptr<Runtime>> cuda_runtimes() {
 }
 
 TEST(LayerTensorsGpu, OnePreparedRunServesEveryLayerInOneGraph) {
+  HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(1);
   const auto runtimes = cuda_runtimes();
   if (runtimes.empty()) GTEST_SKIP() << "no CUDA backend available";
   for (const auto& runtime_ptr : runtimes) {
@@ -113,6 +114,7 @@ TEST(LayerTensorsGpu, OnePreparedRunServesEveryLayerInOneGraph) {
 }
 
 TEST(LayerTensorsGpu, MisalignedLayerTensorsAreRefusedByName) {
+  HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(1);
   const auto runtimes = cuda_runtimes();
   if (runtimes.empty()) GTEST_SKIP() << "no CUDA backend available";
   struct Misplaced {
@@ -149,6 +151,7 @@ TEST(LayerTensorsGpu, MisalignedLayerTensorsAreRefusedByName) {
 }
 
 TEST(PreparedRunGpu, PrepareOnACapturingStreamIsRefused) {
+  HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(1);
   const auto runtimes = cuda_runtimes();
   if (runtimes.empty()) GTEST_SKIP() << "no CUDA backend available";
   for (const auto& runtime : runtimes) {
@@ -194,6 +197,7 @@ TEST(PreparedRunGpu, PrepareOnACapturingStreamIsRefused) {
 // the same graph replays it. A step whose launches differ beyond that (a much longer
 // request: another page-table width) is refused.
 TEST(PreparedRunGpu, ARefreshedRunReplaysTheNextStepsFromItsGraph) {
+  HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(1);
   const auto runtimes = cuda_runtimes();
   if (runtimes.empty()) GTEST_SKIP() << "no CUDA backend available";
   for (const auto& runtime : runtimes) {

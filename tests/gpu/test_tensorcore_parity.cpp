@@ -24,6 +24,7 @@
 #include "gpu/gpu_test_support.hpp"
 #include "helixmla/error.hpp"
 #include "helixmla/validate.hpp"
+#include "support/gpu_skip.hpp"
 #include "synthetic_batch.hpp"
 
 namespace helixmla::testing {
@@ -31,7 +32,7 @@ namespace {
 
 #define SKIP_WITHOUT_TENSORCORE()                                                         \
   do {                                                                                   \
-    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";                      \
+    HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(1);                                               \
     if (!cuda::make_tensorcore_backend()->available(Environment::detect())) {             \
       GTEST_SKIP() << "cuda_tensorcore unavailable: "                                     \
                    << cuda::make_tensorcore_backend()->available(Environment::detect()).reason; \

@@ -2,22 +2,24 @@
 // (bench/mla-decode-v1.csv), printed for the record, never asserted: CUDA
 // graph replay, median of timed replays, against the device-to-device copy
 // bandwidth measured in the same run. Inputs are drawn on the device
-// (DeviceSyntheticBatch); the KV of every case is far larger than L2. Only
-// checks that outputs are finite.
+// (DeviceSyntheticBatch); the KV of every case is far larger than L2. Every
+// variant's outputs of the first two requests are checked against the
+// float64 CPU reference.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <vector>
 
+#include "compare.hpp"
 #include "cuda/tensorcore_backend.hpp"
 #include "cuda/tensorcore_run.hpp"
 #include "device_batch.hpp"
 #include "helixmla/validate.hpp"
+#include "support/gpu_skip.hpp"
 #include "synthetic_batch.hpp"
 
 namespace helixmla::testing {
@@ -58,7 +60,7 @@ double copy_bandwidth() {
 }
 
 TEST(TensorcoreTiming, SuiteShapesPrintTimes) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(1);
   const BackendPtr backend = cuda::make_tensorcore_backend();
   const Environment env = Environment::detect();
   if (!backend->available(env)) GTEST_SKIP() << backend->available(env).reason;
@@ -125,11 +127,8 @@ TEST(TensorcoreTiming, SuiteShapesPrintTimes) {
         cudaEventElapsedTime(&t, start, stop);
         if (i >= 5) ms.push_back(t);
       }
-      std::vector<std::uint16_t> result(static_cast<std::size_t>(tokens * c.heads * 512));
-      check(cudaMemcpy(result.data(), p.out, result.size() * 2, cudaMemcpyDeviceToHost));
-      std::int64_t non_finite = 0;
-      for (std::uint16_t bits : result) non_finite += (bits & 0x7f80u) == 0x7f80u;
-      EXPECT_EQ(non_finite, 0) << "case " << c.id << " " << variant.name();
+      // The replays' outputs, poisoned before this variant ran.
+      EXPECT_LE(first_requests_rel_l2(batch, 2), output_tolerance(c.kv)) << "case " << c.id << " " << variant.name();
 
       const double us = median(ms) * 1e3;
       const double flops = 2.0 * c.batch * double(c.kv_len) * c.q_len * c.heads * (576 + 512);

@@ -11,12 +11,8 @@
 #include "device_batch.hpp"
 #include "dist/exchange.hpp"
 #include "dist/helix_driver.hpp"
+#include "support/gpu_skip.hpp"
 #include "support/helix_step.hpp"
-
-#define SKIP_WITHOUT_TWO_GPUS()                                                     \
-  do {                                                                              \
-    if (testing::cuda_device_count() < 2) GTEST_SKIP() << "needs two CUDA devices"; \
-  } while (0)
 
 namespace helixmla::testing {
 

@@ -14,6 +14,7 @@
 #include "dist/helix_driver.hpp"
 #include "dist/peer_exchange.hpp"
 #include "multigpu/multigpu_support.hpp"
+#include "support/gpu_skip.hpp"
 #include "support/helix_step.hpp"
 
 namespace helixmla {
@@ -41,7 +42,7 @@ class HelixManyGpus : public ::testing::TestWithParam<ManyGpuCase> {};
 
 TEST_P(HelixManyGpus, MatchesTheReference) {
   const auto& [mode, c] = GetParam();
-  if (testing::cuda_device_count() < c.cp) GTEST_SKIP() << "needs " << c.cp << " CUDA devices";
+  HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(c.cp);
 #if !defined(HELIXMLA_WITH_NCCL)
   if (mode == dist::HelixMode::nccl) GTEST_SKIP() << "built without NCCL";
 #endif

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <ostream>
 #include <string>
 #include <thread>
@@ -46,14 +47,14 @@ double seconds_since(Clock::time_point start) {
 }
 
 TEST(HelixNccl, ExchangeDeliversEveryChunk) {
-  SKIP_WITHOUT_TWO_GPUS();
+  HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(2);
   const std::vector<int> devices = {0, 1};
   auto exchange = dist::make_nccl_exchange(devices, dist::NcclOptions::from_environment());
   for (std::int32_t heads : {48, 7}) testing::expect_exchange_delivers(*exchange, {2, 3, heads, 512, DType::fp32});
 }
 
 TEST(HelixNccl, ExchangesBackToBackKeepTheirOrder) {
-  SKIP_WITHOUT_TWO_GPUS();
+  HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(2);
   const std::vector<int> devices = {0, 1};
   auto exchange = dist::make_nccl_exchange(devices, dist::NcclOptions::from_environment());
   testing::expect_back_to_back_exchanges(*exchange, {2, 5, 48, 512, DType::fp32});
@@ -62,7 +63,7 @@ TEST(HelixNccl, ExchangesBackToBackKeepTheirOrder) {
 class HelixNcclStep : public ::testing::TestWithParam<HelixStepCase> {};
 
 TEST_P(HelixNcclStep, KimiLocalShapeMatchesTheReference) {
-  SKIP_WITHOUT_TWO_GPUS();
+  HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(2);
   testing::expect_multi_gpu_step_matches(dist::HelixMode::nccl, GetParam(), 0xcafe + GetParam().q_len);
 }
 
@@ -76,7 +77,7 @@ INSTANTIATE_TEST_SUITE_P(TwoGpus, HelixNcclStep,
                          [](const ::testing::TestParamInfo<HelixStepCase>& info) { return info.param.name; });
 
 TEST(HelixNcclFaults, PeerThatNeverJoinsTheExchangeEndsInRuntimeFailure) {
-  SKIP_WITHOUT_TWO_GPUS();
+  HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(2);
   dist::NcclOptions options;
   options.timeout = std::chrono::milliseconds(3000);
   const std::vector<int> devices = {0, 1};
@@ -102,6 +103,14 @@ TEST(HelixNcclFaults, PeerThatNeverJoinsTheExchangeEndsInRuntimeFailure) {
 // ---- one process per GPU -------------------------------------------------
 
 constexpr const char* kRoleVariable = "HELIXMLA_TEST_NCCL_ROLE";
+// Where a child that ran its role without a failure says so: its exit status
+// alone would also be 0 had its test been filtered out or skipped.
+constexpr const char* kPassedFileVariable = "HELIXMLA_TEST_NCCL_PASSED_FILE";
+
+void report_passed() {
+  if (::testing::Test::HasFailure()) return;
+  std::ofstream(std::getenv(kPassedFileVariable)) << "passed\n";
+}
 
 // Runs in a child process started by the tests below; skipped otherwise.
 // Roles: "exchange" (a correct all-to-all), "quit" (join, then die), and
@@ -123,6 +132,7 @@ TEST(HelixNcclChild, Role) {
     exchange->all_to_all(shape, mine);
     exchange->wait(streams);
     side.expect_received(shape, process.rank);
+    report_passed();
     return;
   }
   ASSERT_EQ(role, "expect_failure");
@@ -135,12 +145,22 @@ TEST(HelixNcclChild, Role) {
       },
       RuntimeFailure);
   EXPECT_LT(seconds_since(start), 10.0);
+  report_passed();
+}
+
+struct RankOutcome {
+  int code = -2;        // exit status; -1: killed after the limit
+  bool passed = false;  // the child ran its role and reported no failure
+  bool operator==(const RankOutcome&) const = default;
+};
+std::ostream& operator<<(std::ostream& os, const RankOutcome& o) {
+  return os << "{exit " << o.code << (o.passed ? ", passed}" : ", no pass reported}");
 }
 
 // Starts this test program once per rank, running HelixNcclChild.Role, and
-// returns the exit codes (-1: killed after `limit`).
-std::vector<int> run_ranks(const std::vector<std::string>& roles, const std::string& timeout_ms,
-                           std::chrono::seconds limit) {
+// returns each rank's outcome.
+std::vector<RankOutcome> run_ranks(const std::vector<std::string>& roles, const std::string& timeout_ms,
+                                   std::chrono::seconds limit) {
   char path[4096];
   const ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
   EXPECT_GT(n, 0);
@@ -148,6 +168,7 @@ std::vector<int> run_ranks(const std::vector<std::string>& roles, const std::str
   const std::string id_file = "/tmp/helixmla-nccl-test-" + std::to_string(getpid()) + "-" +
                               std::to_string(Clock::now().time_since_epoch().count()) + ".id";
   std::remove(id_file.c_str());
+  const auto passed_file = [&](std::size_t r) { return id_file + ".rank" + std::to_string(r) + ".passed"; };
 
   std::vector<pid_t> children;
   for (std::size_t r = 0; r < roles.size(); ++r) {
@@ -163,6 +184,8 @@ std::vector<int> run_ranks(const std::vector<std::string>& roles, const std::str
     env_strings.push_back("HELIXMLA_DEVICE=" + std::to_string(r));
     env_strings.push_back("HELIXMLA_NCCL_ID_FILE=" + id_file);
     env_strings.push_back("HELIXMLA_NCCL_TIMEOUT_MS=" + timeout_ms);
+    env_strings.push_back(std::string(kPassedFileVariable) + "=" + passed_file(r));
+    std::remove(passed_file(r).c_str());
     std::vector<char*> env;
     for (auto& s : env_strings) env.push_back(s.data());
     env.push_back(nullptr);
@@ -196,20 +219,27 @@ std::vector<int> run_ranks(const std::vector<std::string>& roles, const std::str
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   std::remove(id_file.c_str());
-  return codes;
+  std::vector<RankOutcome> outcomes(codes.size());
+  for (std::size_t r = 0; r < codes.size(); ++r) {
+    outcomes[r].code = codes[r];
+    outcomes[r].passed = std::ifstream(passed_file(r)).good();
+    std::remove(passed_file(r).c_str());
+  }
+  return outcomes;
 }
 
 TEST(HelixNcclProcesses, OneProcessPerGpuExchanges) {
-  SKIP_WITHOUT_TWO_GPUS();
-  const auto codes = run_ranks({"exchange", "exchange"}, "30000", std::chrono::seconds(120));
-  EXPECT_EQ(codes, std::vector<int>({0, 0})) << "-1 means the rank hung and was killed";
+  HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(2);
+  const auto outcomes = run_ranks({"exchange", "exchange"}, "30000", std::chrono::seconds(120));
+  EXPECT_EQ(outcomes, std::vector<RankOutcome>({{0, true}, {0, true}})) << "exit -1: the rank hung and was killed";
 }
 
 TEST(HelixNcclProcesses, DeadPeerIsReportedWithinTheTimeout) {
-  SKIP_WITHOUT_TWO_GPUS();
+  HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(2);
   const auto start = Clock::now();
-  const auto codes = run_ranks({"expect_failure", "quit"}, "3000", std::chrono::seconds(90));
-  EXPECT_EQ(codes, std::vector<int>({0, 0})) << "rank 0 must report RuntimeFailure, not hang (-1: killed)";
+  const auto outcomes = run_ranks({"expect_failure", "quit"}, "3000", std::chrono::seconds(90));
+  EXPECT_EQ(outcomes, std::vector<RankOutcome>({{0, true}, {0, false}}))
+      << "rank 0 must report RuntimeFailure, not hang (exit -1: killed)";
   EXPECT_LT(seconds_since(start), 90.0);
 }
 

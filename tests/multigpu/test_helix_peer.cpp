@@ -29,7 +29,7 @@ using Clock = std::chrono::steady_clock;
 
 #define SKIP_WITHOUT_PEER_ACCESS()                                                              \
   do {                                                                                          \
-    SKIP_WITHOUT_TWO_GPUS();                                                                    \
+    HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(2);                                                      \
     const std::vector<int> pair = {0, 1};                                                       \
     if (!dist::peer_exchange_possible(pair)) GTEST_SKIP() << "GPUs 0 and 1 have no peer access"; \
   } while (0)

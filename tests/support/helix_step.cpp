@@ -41,24 +41,27 @@ BatchSpec batch_spec_of(const HelixStepCase& c, std::uint64_t seed) {
   return spec;
 }
 
-HelixStepResult expect_helix_step_matches(dist::HelixDriver& driver, SyntheticBatch& batch, const std::string& label,
-                                          const HelixStepTolerance& tolerance) {
+void expect_fetched_step_matches(const dist::HelixDriver& driver, SyntheticBatch& batch, const NaiveResult& expected,
+                                 const std::string& label, const HelixStepTolerance& tolerance) {
   const Problem global = batch.problem();
-  HelixStepResult result;
-  driver.poison_outputs();
-  result.times = driver.step();
-
   std::vector<std::byte> out(batch.out_bytes(), std::byte{0xff});  // NaN in bf16 and fp16
   std::vector<float> stats(static_cast<std::size_t>(batch.num_tokens() * global.num_heads * 2),
                            std::numeric_limits<float>::quiet_NaN());
   driver.fetch_output(out.data(), stats.data());
-
-  result.expected = naive_attention(global);
-  const Comparison error = compare(out.data(), global.out_dtype, result.expected.out);
+  const Comparison error = compare(out.data(), global.out_dtype, expected.out);
   EXPECT_TRUE(error.within(tolerance.out_rel_l2))
       << label << " on " << driver.backends() << ": rel L2 " << error.rel_l2_err << ", max abs " << error.max_abs_err
       << ", non-finite " << error.non_finite;
-  expect_stats_match(stats, result.expected.stats, label, tolerance.stats);
+  expect_stats_match(stats, expected.stats, label, tolerance.stats);
+}
+
+HelixStepResult expect_helix_step_matches(dist::HelixDriver& driver, SyntheticBatch& batch, const std::string& label,
+                                          const HelixStepTolerance& tolerance) {
+  HelixStepResult result;
+  driver.poison_outputs();
+  result.times = driver.step();
+  result.expected = naive_attention(batch.problem());
+  expect_fetched_step_matches(driver, batch, result.expected, label, tolerance);
   return result;
 }
 

@@ -55,4 +55,10 @@ struct HelixStepResult {
 HelixStepResult expect_helix_step_matches(dist::HelixDriver& driver, SyntheticBatch& batch, const std::string& label,
                                           const HelixStepTolerance& tolerance);
 
+// The comparison of expect_helix_step_matches alone, of whatever `driver`
+// ran last (a graph replay of the step, after poison_outputs): its output
+// and statistics, fetched into NaN-filled host buffers, against `expected`.
+void expect_fetched_step_matches(const dist::HelixDriver& driver, SyntheticBatch& batch, const NaiveResult& expected,
+                                 const std::string& label, const HelixStepTolerance& tolerance);
+
 }  // namespace helixmla::testing

@@ -17,6 +17,7 @@
 #include "helixmla/reference.hpp"
 #include "helixmla/validate.hpp"
 #include "naive_attention.hpp"
+#include "parallel_naive_attention.hpp"
 #include "synthetic_batch.hpp"
 
 namespace helixmla {
@@ -212,6 +213,47 @@ TEST(Reference, ThreadCountDoesNotChangeResults) {
     EXPECT_EQ(std::memcmp(batch.out_.data(), single_out.data(), single_out.size()), 0) << threads;
     EXPECT_EQ(std::memcmp(batch.stats_.data(), single_stats.data(), single_stats.size() * sizeof(float)), 0)
         << threads;
+  }
+}
+
+// The parallel form cuts each request into one-token sub-problems with its
+// own reading of the mask; it must reproduce the plain form bit for bit, or
+// every GPU test that trusts it would move with its mistakes.
+TEST(NaiveAttention, ParallelFormMatchesThePlainOneExactly) {
+  testing::BatchSpec spec;
+  spec.dims = {64, 16};
+  spec.heads = 11;  // not a multiple of the parallel form's head groups
+  spec.generations = 3;
+  spec.q_len = 3;
+  spec.kv_len = {3, 40, 100};
+  spec.contexts = 1;
+  spec.context_len = 5;
+  spec.page_size = 16;
+  spec.stats = true;
+  testing::SyntheticBatch batch(spec);
+  Problem p = batch.problem();
+  std::mt19937 rng(77);
+  std::vector<std::int32_t> bounds;
+  for (std::int32_t r = 0; r < p.num_requests(); ++r) {
+    for (std::int32_t t = 0; t < p.q_len[r]; ++t) {
+      bounds.push_back(std::uniform_int_distribution<std::int32_t>(0, p.kv_len[r])(rng));
+    }
+  }
+  for (const bool helix : {false, true}) {
+    if (helix) {
+      p.helix.cp_size = 2;
+      p.helix.cp_rank = 1;
+      p.helix.token_kv_bounds = bounds;
+    }
+    const testing::NaiveResult plain = testing::naive_attention(p);
+    const testing::NaiveResult parallel = testing::parallel_naive_attention(p);
+    ASSERT_EQ(parallel.out.size(), plain.out.size());
+    ASSERT_EQ(parallel.stats.size(), plain.stats.size());
+    std::size_t out_differs = 0, stats_differ = 0;
+    for (std::size_t i = 0; i < plain.out.size(); ++i) out_differs += !(parallel.out[i] == plain.out[i]);
+    for (std::size_t i = 0; i < plain.stats.size(); ++i) stats_differ += !(parallel.stats[i] == plain.stats[i]);
+    EXPECT_EQ(out_differs, 0u) << (helix ? "with Helix bounds" : "causal mask");
+    EXPECT_EQ(stats_differ, 0u) << (helix ? "with Helix bounds" : "causal mask");
   }
 }
 
