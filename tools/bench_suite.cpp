@@ -2,11 +2,13 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
 #include <map>
+#include <sstream>
 
 #include "comma_list.hpp"
+#include "core/json_input.hpp"
 #include "helixmla/error.hpp"
+#include "helixmla/validate.hpp"
 #include "problem_flags.hpp"
 
 namespace helixmla::tools {
@@ -14,6 +16,8 @@ namespace helixmla::tools {
 namespace {
 
 // Names a cell as "<file> line N <column>" so an error points into the file.
+constexpr const char* kColumns = "case,heads,q_len,batch,kv_len,page_size,kv_dtype[,note]";
+
 std::string cell(const std::string& path, std::int64_t line, const char* column) {
   return fmt::format("{} line {} {}", path, line, column);
 }
@@ -31,8 +35,7 @@ std::int32_t parse_int(const std::string& text, const std::string& where, std::i
 }  // namespace
 
 std::vector<BenchCase> load_suite(const std::string& path) {
-  std::ifstream file(path);
-  if (!file) throw InvalidArgument("--suite", -1, path, "cannot open the file");
+  std::istringstream file(read_input_file(path, "--suite", "suite"));
   std::vector<BenchCase> cases;
   std::map<int, std::int64_t> line_of_id;
   std::string line;
@@ -40,11 +43,18 @@ std::vector<BenchCase> load_suite(const std::string& path) {
   while (std::getline(file, line)) {
     ++number;
     if (!line.empty() && line.back() == '\r') line.pop_back();  // a file written with CRLF line ends
-    if (number == 1 || line.empty()) continue;  // header
-    const auto f = split_items(line);
+    if (number == 1) {
+      // The header names the columns; a file without one would lose its first case.
+      if (split_items(line).front() != "case") {
+        throw InvalidArgument(fmt::format("{} line 1", path), -1, line, fmt::format("expected the header {}", kColumns));
+      }
+      continue;
+    }
+    if (line.empty()) continue;
+    auto f = split_items(line);
     if (f.size() < 7) {
       throw InvalidArgument(fmt::format("{} line {}", path, number), -1, line,
-                            "expected 7 or 8 comma-separated columns: case,heads,q_len,batch,kv_len,page_size,kv_dtype[,note]");
+                            fmt::format("expected 7 or 8 comma-separated columns: {}", kColumns));
     }
     BenchCase c;
     c.id = parse_int(f[0], cell(path, number, "case"));
@@ -52,7 +62,7 @@ std::vector<BenchCase> load_suite(const std::string& path) {
       throw InvalidArgument(cell(path, number, "case"), -1, f[0],
                             fmt::format("duplicate case id; first on line {}", first->second));
     }
-    c.heads = parse_int(f[1], cell(path, number, "heads"));
+    c.heads = parse_int(f[1], cell(path, number, "heads"), kMaxHeads);
     c.q_len = parse_int(f[2], cell(path, number, "q_len"));
     // Bounded so a typo cannot make the loader build a list of 2^30 lengths.
     c.batch = parse_int(f[3], cell(path, number, "batch"), 1L << 20);
@@ -63,6 +73,10 @@ std::vector<BenchCase> load_suite(const std::string& path) {
     if (f[4] != "var") {
       for (const std::string& item : split_items(f[4], ';')) {
         lengths.push_back(parse_int(item, cell(path, number, "kv_len")));
+        if (lengths.back() < c.q_len) {
+          throw InvalidArgument(cell(path, number, "kv_len"), -1, item,
+                                fmt::format("is shorter than q_len {}: new tokens are part of the KV", c.q_len));
+        }
       }
     }
     for (std::int32_t i = 0; i < c.batch; ++i) {
@@ -74,9 +88,14 @@ std::vector<BenchCase> load_suite(const std::string& path) {
     const auto dtype = parse_kv_dtype(f[6]);
     if (!dtype) throw InvalidArgument(cell(path, number, "kv_dtype"), -1, f[6], kv_dtype_complaint(f[6]));
     c.kv_dtype = *dtype;
-    if (f.size() > 7) c.note = f[7];
+    // The note is the rest of the line, commas and all.
+    for (std::size_t i = 7; i < f.size(); ++i) c.note += (i > 7 ? "," : "") + f[i];
+    if (const std::string complaint = host_footprint_complaint(batch_spec_of(c, 1)); !complaint.empty()) {
+      throw InvalidArgument(fmt::format("{} line {}", path, number), -1, line, complaint);
+    }
     cases.push_back(std::move(c));
   }
+  if (cases.empty()) throw InvalidArgument("--suite", -1, path, "holds no cases");
   return cases;
 }
 

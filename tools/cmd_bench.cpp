@@ -7,7 +7,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <fstream>
 #include <iostream>
 #include <limits>
 #include <memory>
@@ -19,6 +18,7 @@
 #include "comma_list.hpp"
 #include "commands.hpp"
 #include "helixmla/error.hpp"
+#include "output_file.hpp"
 
 #if defined(HELIXMLA_WITH_CUDA)
 #include "bench_case_runner.hpp"
@@ -43,16 +43,16 @@ struct BenchFlags {
 };
 
 // Bars of each case's share of the copy bandwidth and of the matrix rate.
-void write_plot(const std::string& path, const nlohmann::json& rows) {
+std::string plot_svg(const nlohmann::json& rows) {
   const int bar = 18, gap = 10, left = 60, height = 320;
   const int width = left + static_cast<int>(rows.size()) * (2 * bar + gap) + 20;
-  std::ofstream svg(path);
-  svg << fmt::format("<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{}' font-family='sans-serif' font-size='11'>\n",
+  std::string svg;
+  svg += fmt::format("<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{}' font-family='sans-serif' font-size='11'>\n",
                      width, height + 60);
-  svg << fmt::format("<text x='{}' y='14'>helixmla bench: % of copy bandwidth (blue) and of bf16 matrix rate (orange)</text>\n", left);
+  svg += fmt::format("<text x='{}' y='14'>helixmla bench: % of copy bandwidth (blue) and of bf16 matrix rate (orange)</text>\n", left);
   for (int pct = 0; pct <= 100; pct += 25) {
     const int y = 30 + height - pct * height / 100;
-    svg << fmt::format("<line x1='{}' x2='{}' y1='{}' y2='{}' stroke='#ddd'/><text x='20' y='{}'>{}%</text>\n", left,
+    svg += fmt::format("<line x1='{}' x2='{}' y1='{}' y2='{}' stroke='#ddd'/><text x='20' y='{}'>{}%</text>\n", left,
                        width - 10, y, y, y + 4, pct);
   }
   int x = left + 5;
@@ -60,12 +60,13 @@ void write_plot(const std::string& path, const nlohmann::json& rows) {
     const double bw = std::min(100.0, row["pct_copy"].get<double>());
     const double mm = std::min(100.0, row["pct_matrix"].get<double>());
     const int hb = static_cast<int>(bw * height / 100), hm = static_cast<int>(mm * height / 100);
-    svg << fmt::format("<rect x='{}' y='{}' width='{}' height='{}' fill='#3b75af'/>\n", x, 30 + height - hb, bar, hb);
-    svg << fmt::format("<rect x='{}' y='{}' width='{}' height='{}' fill='#ef8636'/>\n", x + bar, 30 + height - hm, bar, hm);
-    svg << fmt::format("<text x='{}' y='{}'>{}</text>\n", x + bar - 4, height + 48, row["case"].get<int>());
+    svg += fmt::format("<rect x='{}' y='{}' width='{}' height='{}' fill='#3b75af'/>\n", x, 30 + height - hb, bar, hb);
+    svg += fmt::format("<rect x='{}' y='{}' width='{}' height='{}' fill='#ef8636'/>\n", x + bar, 30 + height - hm, bar, hm);
+    svg += fmt::format("<text x='{}' y='{}'>{}</text>\n", x + bar - 4, height + 48, row["case"].get<int>());
     x += 2 * bar + gap;
   }
-  svg << "</svg>\n";
+  svg += "</svg>\n";
+  return svg;
 }
 
 // The suite's cases that --cases names (all when it names none); an id the
@@ -86,6 +87,8 @@ std::vector<BenchCase> selected_cases(const BenchFlags& flags) {
 
 int run_bench(const BenchFlags& flags) {
   const std::vector<BenchCase> cases = selected_cases(flags);
+  if (!flags.json_path.empty()) require_writable_file(flags.json_path, "--json");
+  if (!flags.plot_path.empty()) require_writable_file(flags.plot_path, "--plot");
 #if defined(HELIXMLA_WITH_CUDA)
   CaseRunner runner(flags.backend);
   std::cerr << "measuring the device's copy bandwidth and bf16 matrix rate...\n";
@@ -149,8 +152,8 @@ int run_bench(const BenchFlags& flags) {
                                  {"graphs", flags.graphs},
                                  {"iterations", flags.iterations},
                                  {"cases", rows}};
-  if (!flags.json_path.empty()) std::ofstream(flags.json_path) << report.dump(2) << "\n";
-  if (!flags.plot_path.empty()) write_plot(flags.plot_path, rows);
+  if (!flags.json_path.empty()) write_text_file(flags.json_path, report.dump(2) + "\n", "the results as JSON to");
+  if (!flags.plot_path.empty()) write_text_file(flags.plot_path, plot_svg(rows), "the plot to");
   return all_ok ? 0 : 1;
 #else
   (void)cases;

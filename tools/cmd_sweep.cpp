@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -21,9 +20,9 @@
 #include "commands.hpp"
 #include "core/sweep.hpp"
 #include "decision_json.hpp"
-#include "helixmla/error.hpp"
 #include "helixmla/profile.hpp"
 #include "helixmla/runtime.hpp"
+#include "output_file.hpp"
 #include "sweep_execute.hpp"
 
 namespace helixmla::tools {
@@ -130,10 +129,7 @@ void run_sweep(const SweepFlags& flags) {
   for (const SweepArch& arch : result.archs) {
     const std::string path = (std::filesystem::path(flags.out) /
                               fmt::format("{}-{}.svg", file_prefix, to_string(arch.arch))).string();
-    std::ofstream file(path);
-    file << sweep_svg(result, arch);
-    file.close();  // the last buffered write fails here, not at <<
-    if (!file) throw RuntimeFailure("cannot write the sweep picture " + path);
+    write_text_file(path, sweep_svg(result, arch), "the sweep picture");
     pictures.push_back(path);
   }
 

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <random>
@@ -190,7 +191,15 @@ void add_trace_command(CLI::App& app) {
   cmd->add_option("--padding", flags->padding,
                   "Share of replaced requests that become padding (q_len tokens of KV, as an engine pads its "
                   "batch to a captured size) until replaced in turn")
-      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
+      ->capture_default_str()
+      ->check([](const std::string& value) {
+        // Spelled out: CLI::Range lets nan through (every comparison with it is false).
+        char* end = nullptr;
+        const double share = std::strtod(value.c_str(), &end);
+        return end != value.c_str() && *end == '\0' && share >= 0.0 && share <= 1.0
+                   ? std::string()
+                   : "'" + value + "' is not a share in [0, 1]";
+      });
   cmd->add_option("--every", flags->every, "Time and check every Nth step against a run of its own plan")
       ->capture_default_str()->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--iterations", flags->iterations, "Queued calls timed per checked step")
@@ -205,6 +214,15 @@ void add_trace_command(CLI::App& app) {
       throw CLI::ValidationError("--kv-len", "the shortest length " + std::to_string(shortest) +
                                                  " is below --q-len " + std::to_string(flags->problem.q_len) +
                                                  ": new tokens are part of the KV");
+    }
+    // Every slot owns pages for the longest length grown by every step
+    // (run_trace), which --kv-len's own bound must hold too.
+    const std::int64_t longest = *std::max_element(flags->problem.kv_len.begin(), flags->problem.kv_len.end());
+    const std::int64_t room = longest + static_cast<std::int64_t>(flags->steps) * flags->problem.q_len;
+    if (room > (1 << 30)) {
+      throw CLI::ValidationError("--steps", fmt::format("the longest --kv-len {} grown by --steps {} x --q-len {} is "
+                                                        "{} tokens, past the 2^30 a request may hold",
+                                                        longest, flags->steps, flags->problem.q_len, room));
     }
 #if defined(HELIXMLA_WITH_CUDA)
     run_trace(*flags);

@@ -12,6 +12,7 @@
 #include "commands.hpp"
 #include "helixmla/perf_table.hpp"
 #include "helixmla/planner.hpp"
+#include "output_file.hpp"
 #include "problem_flags.hpp"
 
 #if defined(HELIXMLA_WITH_CUDA)
@@ -74,6 +75,7 @@ int run_tune(const TuneFlags& flags) {
   const std::string out = flags.out.empty()
                               ? std::string(HELIXMLA_SOURCE_DIR) + "/data/perf/" + std::string(to_string(env.arch)) + ".json"
                               : flags.out;
+  require_writable_file(out, "--out");
   const Selector selector(builtin_backends(), env);
   const std::vector<BenchCase> grid = tuning_grid(flags);
   PerfTable table;

@@ -51,14 +51,19 @@ void require_devices(const std::vector<int>& devices) {
                                                           "CUDA GPU(s)",
                                                           devices[i], i, available));
     }
+    const auto first = std::find(devices.begin(), devices.begin() + static_cast<std::ptrdiff_t>(i), devices[i]);
+    if (first != devices.begin() + static_cast<std::ptrdiff_t>(i)) {
+      throw CLI::ValidationError("--devices", fmt::format("device {} at index {} is also at index {}: one GPU per rank",
+                                                          devices[i], i, first - devices.begin()));
+    }
   }
 }
 
 dist::HelixMode choose_mode(const ProblemFlags& flags, int cp, const std::vector<int>& devices,
                             const std::string& exchange) {
   require_devices(devices);
-  if (exchange == "peer" && devices.size() < 2) {
-    throw CLI::ValidationError("--exchange", "peer needs one GPU per rank: give --devices with cp entries");
+  if ((exchange == "peer" || exchange == "nccl") && devices.size() < 2) {
+    throw CLI::ValidationError("--exchange", exchange + " needs one GPU per rank: give --devices with cp entries");
   }
   if (devices.size() > 1) {
     if (static_cast<int>(devices.size()) != cp) {

@@ -4,6 +4,7 @@
 #include <exception>
 #include <iostream>
 #include <new>
+#include <string>
 
 #include "commands.hpp"
 #include "helixmla/error.hpp"
@@ -17,6 +18,20 @@ int main(int argc, char** argv) {
   helixmla::tools::add_bench_command(app);
   helixmla::tools::add_tune_command(app);
   helixmla::tools::add_trace_command(app);
+  // CLI11 answers a misspelt command with "A subcommand is required".
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string known;
+    bool found = false;
+    for (const CLI::App* command : app.get_subcommands([](CLI::App*) { return true; })) {
+      found |= command->get_name() == argv[1];
+      known += (known.empty() ? "" : ", ") + command->get_name();
+    }
+    if (!found) {
+      std::cerr << "helixmla: unknown command '" << argv[1] << "'; the commands are " << known
+                << "\nRun 'helixmla --help'.\n";
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

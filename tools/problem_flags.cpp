@@ -78,7 +78,7 @@ void require_known_backend(const std::string& name, const std::vector<BackendPtr
 // its tensors and the float64 reference output too): refuse, naming the
 // flags and sizes, what would exhaust it instead of dying of bad_alloc or
 // the OOM killer minutes later.
-void check_host_footprint(const testing::BatchSpec& spec) {
+std::string host_footprint_complaint(const testing::BatchSpec& spec) {
   const testing::HostFootprint footprint = testing::host_footprint(spec);
   const double reference_bytes =
       spec.allocate_tensors ? static_cast<double>(footprint.tokens) * spec.heads * spec.dims.kv_lora_rank * 8.0 : 0.0;
@@ -86,14 +86,21 @@ void check_host_footprint(const testing::BatchSpec& spec) {
   constexpr double kGiB = 1ull << 30;
   constexpr double kTableLimit = 1.0 * kGiB;   // 2^28 page-table entries
   constexpr double kTotalLimit = 16.0 * kGiB;  // the 2 x 1M-token Helix batch needs ~2.5
-  if (footprint.page_table_bytes > kTableLimit || total > kTotalLimit) {
-    throw CLI::ValidationError(
-        "--batch/--kv-len/--page-size/--q-len/--contexts",
-        fmt::format("this batch needs {:.1f} GiB of host memory ({:.1f} GiB of page table); the limits are "
-                    "16 GiB in all and 1 GiB of page table",
-                    total / kGiB, footprint.page_table_bytes / kGiB));
+  if (footprint.page_table_bytes <= kTableLimit && total <= kTotalLimit) return {};
+  return fmt::format("this batch needs {:.1f} GiB of host memory ({:.1f} GiB of page table); the limits are "
+                     "16 GiB in all and 1 GiB of page table",
+                     total / kGiB, footprint.page_table_bytes / kGiB);
+}
+
+namespace {
+
+void check_host_footprint(const testing::BatchSpec& spec) {
+  if (const std::string complaint = host_footprint_complaint(spec); !complaint.empty()) {
+    throw CLI::ValidationError("--batch/--kv-len/--page-size/--q-len/--contexts", complaint);
   }
 }
+
+}  // namespace
 
 testing::BatchSpec to_batch_spec(const ProblemFlags& flags, bool allocate_tensors) {
   if (flags.batch + flags.contexts == 0) {

@@ -38,6 +38,9 @@ std::string kv_dtype_complaint(const std::string& name);
 // `owner` names where the backends come from ("this build", "profile trtllm").
 void require_known_backend(const std::string& name, const std::vector<BackendPtr>& backends,
                            const std::string& owner);
+// Empty when the synthetic batch `spec` fits the host memory helixmla allows
+// it (16 GiB in all, 1 GiB of page table), else what it would need.
+std::string host_footprint_complaint(const testing::BatchSpec& spec);
 // Throws CLI::ValidationError naming the flag when a value is out of range.
 testing::BatchSpec to_batch_spec(const ProblemFlags& flags, bool allocate_tensors = true);
 // The phase shapes of the batch the flags describe, as the selector would see

@@ -31,7 +31,8 @@ struct Environment {
   bool built(std::string_view backend) const {
     return built_backends.count(std::string(backend)) != 0;
   }
-  // The machine this process runs on (device 0 unless HELIXMLA_DEVICE says otherwise).
+  // The machine this process runs on (device 0 unless HELIXMLA_DEVICE says
+  // otherwise; InvalidArgument when it names no device of this machine).
   static Environment detect();
 };
 

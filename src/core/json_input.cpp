@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "helixmla/error.hpp"
 
@@ -73,11 +72,20 @@ std::string read_input_file(const std::string& path, const std::string& field, c
   if (std::filesystem::is_directory(path, error)) {
     throw InvalidArgument(field, -1, path, "is a directory, not a " + what + " file");
   }
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) throw InvalidArgument(field, -1, path, "cannot be opened for reading");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  // Read in pieces up to the limit, not by size: a pipe or a device such as
+  // /dev/zero has none, and would otherwise be read until memory runs out.
+  std::string text;
+  char piece[1 << 16];
+  while (in.read(piece, sizeof(piece)) || in.gcount() > 0) {
+    text.append(piece, static_cast<std::size_t>(in.gcount()));
+    if (text.size() > kMaxInputFileBytes) {
+      throw InvalidArgument(field, -1, path,
+                            "is larger than " + std::to_string(kMaxInputFileBytes >> 20) + " MiB, not a " + what + " file");
+    }
+  }
+  return text;
 }
 
 }  // namespace helixmla

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 
@@ -19,8 +20,13 @@ inline constexpr int kMaxJsonDepth = 64;
 // or "text") when it is not JSON or nests deeper than kMaxJsonDepth.
 nlohmann::json parse_json_input(std::string_view text, const std::string& field, const std::string& origin);
 
-// The whole text of the file at `path`; a directory or an unreadable file
-// throws InvalidArgument naming `field` and saying it is not a `what` file.
+// Larger than any input file helixmla reads (the shipped performance table
+// is 27 KB); a bound on what a wrong path can make it read.
+inline constexpr std::size_t kMaxInputFileBytes = std::size_t{64} << 20;
+
+// The whole text of the file at `path` (any input file, JSON or not); a
+// directory, an unreadable file or one past kMaxInputFileBytes throws
+// InvalidArgument naming `field` and saying it is not a `what` file.
 std::string read_input_file(const std::string& path, const std::string& field, const std::string& what);
 
 // `value` as JSON text, at most about 80 characters ("..." marks the cut).

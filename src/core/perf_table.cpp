@@ -142,6 +142,7 @@ PerfTable PerfTable::load(const std::string& path, const std::string& field) {
 void PerfTable::save(const std::string& path) const {
   std::ofstream out(path);
   out << to_json();
+  out.close();  // the last buffered write fails here, not at <<
   if (!out) throw RuntimeFailure("cannot write performance table " + path);
 }
 

@@ -7,6 +7,7 @@
 #include <bit>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -136,6 +137,11 @@ std::string string_at(const json& value, const std::string& field) {
 
 std::int64_t int_at(const json& value, const std::string& field) {
   if (!value.is_number_integer()) bad(field, value, "must be an integer");
+  // nlohmann keeps integers past int64's range as unsigned; read as int64
+  // they would wrap (2^64 - 1 to -1).
+  if (value.is_number_unsigned() && value.get<std::uint64_t>() > std::numeric_limits<std::int64_t>::max()) {
+    bad(field, value, "is out of range");
+  }
   return value.get<std::int64_t>();
 }
 

@@ -1,7 +1,7 @@
 // NCCL implementation of the Helix exchange (see nccl_exchange.hpp).
 #include "dist/nccl_exchange.hpp"
 
-#include "dist/env_integer.hpp"
+#include "core/env_integer.hpp"
 #include "dist/stream_wait.hpp"
 
 #include <cuda_runtime.h>

@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "dist/env_integer.hpp"
+#include "core/env_integer.hpp"
 #include "helixmla/error.hpp"
 
 #if defined(HELIXMLA_WITH_CUDA)

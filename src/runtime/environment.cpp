@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/env_integer.hpp"
+
 #if defined(HELIXMLA_WITH_CUDA)
 #include <cuda_runtime.h>
 #include <nvrtc.h>
@@ -63,8 +65,9 @@ Environment Environment::detect() {
     return env;
   }
   env.device_count = count;
-  if (const char* chosen = std::getenv("HELIXMLA_DEVICE")) env.device = std::atoi(chosen);
-  if (env.device < 0 || env.device >= count) env.device = 0;
+  if (const char* chosen = std::getenv("HELIXMLA_DEVICE"); chosen != nullptr && *chosen != '\0') {
+    env.device = static_cast<int>(parse_env_integer("HELIXMLA_DEVICE", chosen, 0, count - 1));
+  }
   cudaDeviceProp prop{};
   if (cudaGetDeviceProperties(&prop, env.device) == cudaSuccess) {
     env.arch = arch_from_compute_capability(prop.major, prop.minor);

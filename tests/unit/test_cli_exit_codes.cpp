@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <utility>
 
@@ -73,7 +74,33 @@ TEST_F(Cli, AnUnknownBackendIsABadFlagValue) {
 TEST_F(Cli, PeerExchangeWithoutDevicesIsABadFlagValue) {
   expect_refused("run --cp 2 --exchange peer --heads 16 --kv-len 64 --batch 1",
                  "--exchange: peer needs one GPU per rank");
+  expect_refused("run --cp 2 --exchange nccl --heads 16 --kv-len 64 --batch 1",
+                 "--exchange: nccl needs one GPU per rank");
   expect_refused("run --cp 2 --exchange carrier-pigeon --heads 16 --kv-len 64 --batch 1", "--exchange");
+}
+
+// A misspelt command is named, not reported as a missing one.
+TEST_F(Cli, AnUnknownCommandIsNamed) {
+  expect_refused("rnu --heads 16", "unknown command 'rnu'; the commands are run, explain");
+}
+
+// Input files are read up to a bound (a device or pipe has no size), and a
+// number past int64 in a profile is out of range, not wrapped to -1.
+TEST_F(Cli, InputFilesAreReadWithinBounds) {
+  expect_refused("explain --profile /dev/zero", "larger than 64 MiB");
+  expect_refused("explain --perf-table /dev/zero", "larger than 64 MiB");
+  expect_refused("bench --suite /dev/zero", "larger than 64 MiB");
+
+  std::ifstream shipped(std::string(HELIXMLA_SOURCE_DIR) + "/profiles/trtllm.json");
+  std::string text((std::istreambuf_iterator<char>(shipped)), std::istreambuf_iterator<char>());
+  const std::size_t at = text.find("\"priority\": 300");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, std::string("\"priority\": 300").size(), "\"priority\": 18446744073709551615");
+  const std::filesystem::path profile = std::filesystem::temp_directory_path() / "helixmla-huge-priority.json";
+  std::ofstream(profile) << text;
+  expect_refused("explain --profile " + profile.string() + " --arch sm100 --heads 16 --kv-len 64",
+                 "priority = 18446744073709551615: is out of range");
+  std::filesystem::remove(profile);
 }
 
 // Flags that would fail only after minutes of work, or deep inside it, are
@@ -214,7 +241,30 @@ TEST_F(Cli, BenchRejectsCasesTheSuiteLacksAndRepeatedIds) {
                        << "5,16,1,4,131072;2048;x,64,bf16\n";
   expect_refused("bench --suite " + suite.string(),
                  suite.string() + " line 2 kv_len = x: expected an integer from 1 to 1073741824");
+
+  // Without its header a suite would lose its first case; with no case it
+  // would measure nothing and pass.
+  std::ofstream(suite) << "1,128,1,128,4096,64,bf16,x\n";
+  expect_refused("bench --suite " + suite.string(), "line 1 = 1,128,1,128,4096,64,bf16,x: expected the header case,");
+  std::ofstream(suite) << "case,heads,q_len,batch,kv_len,page_size,kv_dtype,note\n";
+  expect_refused("bench --suite " + suite.string(), "holds no cases");
+  expect_refused("bench --suite " + std::filesystem::temp_directory_path().string(), "is a directory");
+
+  // Shapes outside what `run` accepts are refused where they are written.
+  std::ofstream(suite) << "case,heads,q_len,batch,kv_len,page_size,kv_dtype,note\n"
+                       << "1,129,1,2,256,64,bf16\n";
+  expect_refused("bench --suite " + suite.string(), "line 2 heads = 129: expected an integer from 1 to 128");
+  std::ofstream(suite) << "case,heads,q_len,batch,kv_len,page_size,kv_dtype,note\n"
+                       << "1,16,4,2,256;3,64,bf16\n";
+  expect_refused("bench --suite " + suite.string(), "line 2 kv_len = 3: is shorter than q_len 4");
+  std::ofstream(suite) << "case,heads,q_len,batch,kv_len,page_size,kv_dtype,note\n"
+                       << "1,128,1,1048576,1073741824,1,bf16\n";
+  expect_refused("bench --suite " + suite.string(), "GiB of host memory");
   std::filesystem::remove(suite);
+
+  // Where the results go is checked before the suite runs.
+  expect_refused("bench --json /nonexistent-helixmla-dir/r.json", "--json");
+  expect_refused("bench --plot " + std::filesystem::temp_directory_path().string(), "--plot");
 }
 
 // Its flags are checked before it looks for a GPU (CI has none).
@@ -224,6 +274,8 @@ TEST_F(Cli, TraceChecksItsFlagsBeforeWorking) {
   expect_refused("trace --steps 0", "--steps");
   expect_refused("trace --every 0", "--every");
   expect_refused("trace --kv-len 1,4096 --q-len 2", "--kv-len");
+  expect_refused("trace --padding nan", "--padding: 'nan' is not a share in [0, 1]");
+  expect_refused("trace --kv-len 1073741824 --q-len 1024 --steps 1048576", "--steps");
 }
 
 }  // namespace

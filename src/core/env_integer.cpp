@@ -1,4 +1,4 @@
-#include "dist/env_integer.hpp"
+#include "core/env_integer.hpp"
 
 #include <cerrno>
 #include <cstdlib>
@@ -6,7 +6,7 @@
 
 #include "helixmla/error.hpp"
 
-namespace helixmla::dist {
+namespace helixmla {
 
 long long parse_env_integer(const char* name, const char* text, long long lowest, long long most) {
   char* end = nullptr;
@@ -19,4 +19,4 @@ long long parse_env_integer(const char* name, const char* text, long long lowest
   return value;
 }
 
-}  // namespace helixmla::dist
+}  // namespace helixmla

@@ -1,13 +1,13 @@
-// Integer settings read from environment variables (exchange timeouts, the
-// NCCL rank variables): one parser, so every variable is checked the same
-// way and a bad value names the variable.
+// Integer settings read from environment variables (the device, exchange
+// timeouts, the NCCL rank variables): one parser, so every variable is
+// checked the same way and a bad value names the variable.
 #pragma once
 
-namespace helixmla::dist {
+namespace helixmla {
 
 // `text` (the value of variable `name`) as an integer in [lowest, most];
 // anything else (trailing characters, out of range, overflow) throws
 // InvalidArgument naming the variable and the range.
 long long parse_env_integer(const char* name, const char* text, long long lowest, long long most = 1LL << 30);
 
-}  // namespace helixmla::dist
+}  // namespace helixmla
