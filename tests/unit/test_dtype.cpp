@@ -83,6 +83,32 @@ TEST(Bf16, RoundsToNearestEven) {
   EXPECT_EQ(float_to_bf16(std::numeric_limits<float>::max()), 0x7f80);  // rounds up to inf
 }
 
+// IEEE binary16 by definition: bias 15, 10 mantissa bits, subnormals at
+// exponent field 0, infinities and NaNs at field 31.
+double fp16_definition(unsigned code) {
+  const double sign = (code & 0x8000) ? -1.0 : 1.0;
+  const unsigned exponent = (code >> 10) & 0x1f;
+  const unsigned mantissa = code & 0x3ff;
+  if (exponent == 0x1f) return mantissa == 0 ? sign * std::numeric_limits<double>::infinity()
+                                             : std::numeric_limits<double>::quiet_NaN();
+  if (exponent == 0) return sign * (mantissa / 1024.0) * std::pow(2.0, -14);
+  return sign * (1.0 + mantissa / 1024.0) * std::pow(2.0, static_cast<int>(exponent) - 15);
+}
+
+// The round trip below would pass a decoder and an encoder wrong alike.
+TEST(Fp16, DecodesAllCodesExactly) {
+  for (unsigned code = 0; code < 0x10000; ++code) {
+    const float decoded = fp16_to_float(static_cast<std::uint16_t>(code));
+    const double expected = fp16_definition(code);
+    if (std::isnan(expected)) {
+      ASSERT_TRUE(std::isnan(decoded)) << "code " << code;
+    } else {
+      ASSERT_EQ(static_cast<double>(decoded), expected) << "code " << code;
+      ASSERT_EQ(std::signbit(decoded), (code & 0x8000) != 0) << "code " << code;
+    }
+  }
+}
+
 TEST(Fp16, RoundTripsEveryNonNaNCode) {
   for (std::uint32_t code = 0; code < 0x10000; ++code) {
     const float value = fp16_to_float(static_cast<std::uint16_t>(code));
