@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -101,15 +100,14 @@ void explain(const ExplainFlags& flags) {
     backends = builtin_backends();
     require_known_backend(flags.problem.backend, backends, "this build");
   }
-  std::string table_path = flags.perf_table;
-  std::string table_field = "--perf-table";
-  if (table_path.empty() && flags.profile.empty()) {
-    if (const char* from_env = std::getenv("HELIXMLA_PERF_TABLE")) {
-      table_path = from_env;
-      table_field = "HELIXMLA_PERF_TABLE";
-    }
+  // As the library chooses: a profile replays another system's choices, by
+  // its own rules and without this build's table.
+  PerfTable table;
+  if (!flags.perf_table.empty()) {
+    table = PerfTable::load(flags.perf_table, "--perf-table");
+  } else if (flags.profile.empty()) {
+    table = load_perf_table(RuntimeOptions{}, env);
   }
-  PerfTable table = table_path.empty() ? PerfTable{} : PerfTable::load(table_path, table_field);
   const Selector selector(std::move(backends), env, std::move(table));
 
   std::vector<PhaseVerdict> verdicts;

@@ -86,11 +86,16 @@ struct Workspace {
   std::size_t bytes = 0;
 };
 
-// A run prepared on the host (metadata built and uploaded). `enqueue` only
-// launches work on the stream: no host synchronisation, no allocation, so it
-// may be captured into a CUDA graph and replayed. A run's launches share its
-// workspace (split-KV partials), so its enqueues must run one after another:
-// on one stream, or on streams ordered by events; never two at once.
+// A run prepared on the host (metadata built and uploaded, or copied): the
+// caller's metadata (lengths, page table, bounds) may change once prepare
+// returns; its tensors are read at every enqueue. On the CUDA backends,
+// `enqueue` only launches work on the stream: no host synchronisation, no
+// allocation, so it may be captured into a CUDA graph and replayed. The cpu
+// backend's runs (host tensors) instead compute the phase on the calling
+// thread before `enqueue` returns and ignore the stream. A run's launches
+// share its workspace (split-KV partials), so its enqueues must run one
+// after another: on one stream, or on streams ordered by events; never two
+// at once.
 class PreparedRun {
  public:
   virtual ~PreparedRun() = default;

@@ -17,7 +17,7 @@ namespace helixmla {
 struct RuntimeOptions {
   std::string forced_backend;           // empty: let the selector choose
   std::optional<Environment> environment;  // empty: Environment::detect()
-  std::string perf_table_path;          // empty: $HELIXMLA_PERF_TABLE, else none
+  std::string perf_table_path;          // empty: as load_perf_table says
   std::vector<BackendPtr> backends;     // empty: builtin_backends()
 };
 
@@ -28,6 +28,13 @@ struct Selection {
 
 // Every backend compiled into this library.
 std::vector<BackendPtr> builtin_backends();
+
+// The performance table a Runtime with `options` uses on `env`: the options'
+// path, else $HELIXMLA_PERF_TABLE, else the table shipped for env's
+// architecture (the source tree's data/perf, then the install tree's), else
+// none. A table that cannot be read or parsed throws InvalidArgument naming
+// where its path came from.
+PerfTable load_perf_table(const RuntimeOptions& options, const Environment& env);
 
 // A batch validated, split into phases and a backend chosen for each: what
 // workspace_bytes, prepare and refresh all need, done once
@@ -73,6 +80,8 @@ class StepPlan {
 // belong to one thread at a time.
 class Runtime {
  public:
+  // Throws InvalidArgument for a bad HELIXMLA_DEVICE (Environment::detect)
+  // or a performance table that cannot be loaded (load_perf_table).
   explicit Runtime(RuntimeOptions options = {});
 
   // Validates the batch and chooses a backend for each of its phases.

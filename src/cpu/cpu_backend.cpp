@@ -1,7 +1,9 @@
 #include "cpu/cpu_backend.hpp"
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "helixmla/error.hpp"
 #include "helixmla/reference.hpp"
@@ -33,7 +35,7 @@ class ReferenceCatalog final : public KernelCatalog {
 // it is meant for machines without a GPU, tests and checking other backends.
 class ReferenceRun final : public PreparedRun {
  public:
-  explicit ReferenceRun(const Problem& phase) : phase_(phase) {}
+  explicit ReferenceRun(const Problem& phase) { hold(phase); }
   void enqueue(void*) override { reference_attention(phase_); }
   void enqueue(const LayerTensors& layer, void*) override {
     validate_layer(layer, phase_.stats.present());
@@ -42,11 +44,27 @@ class ReferenceRun final : public PreparedRun {
   // Nothing is launched ahead, so any host phase of the next step fits.
   Refresh plan_refresh(const Problem& next) override {
     if (next.location.kind != Location::Kind::host) return {};
-    return [this, next](void*) { phase_ = next; };
+    return [this, next](void*) { hold(next); };
   }
 
  private:
-  Problem phase_;  // spans and pointers refer to caller memory, as for every backend
+  // The metadata is copied, as the CUDA backends upload it at prepare: the
+  // caller may change or free it once prepare returns. Tensors stay the
+  // caller's.
+  void hold(const Problem& phase) {
+    q_len_.assign(phase.q_len.begin(), phase.q_len.end());
+    kv_len_.assign(phase.kv_len.begin(), phase.kv_len.end());
+    page_table_.assign(phase.page_table.begin(), phase.page_table.end());
+    bounds_.assign(phase.helix.token_kv_bounds.begin(), phase.helix.token_kv_bounds.end());
+    phase_ = phase;
+    phase_.q_len = q_len_;
+    phase_.kv_len = kv_len_;
+    phase_.page_table = page_table_;
+    phase_.helix.token_kv_bounds = bounds_;
+  }
+
+  Problem phase_;
+  std::vector<std::int32_t> q_len_, kv_len_, page_table_, bounds_;
 };
 
 class CpuBackend final : public Backend {

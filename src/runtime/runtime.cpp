@@ -21,29 +21,6 @@ std::size_t align_up(std::size_t bytes) {
   return (bytes + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;
 }
 
-// The measured table for this architecture: $HELIXMLA_PERF_TABLE, else the one
-// shipped in the source tree or the install tree; none when absent.
-PerfTable load_perf_table(const RuntimeOptions& options, const Environment& env) {
-  std::string path = options.perf_table_path;
-  std::string field = "perf_table_path";
-  if (path.empty()) {
-    if (const char* from_env = std::getenv("HELIXMLA_PERF_TABLE")) {
-      path = from_env;
-      field = "HELIXMLA_PERF_TABLE";
-    }
-  }
-  if (path.empty() && env.has_gpu()) {
-    const std::string file = "perf/" + std::string(to_string(env.arch)) + ".json";
-    for (const std::string& root : shipped_data_roots()) {
-      if (std::filesystem::exists(root + "/data/" + file)) {
-        path = root + "/data/" + file;
-        break;
-      }
-    }
-  }
-  return path.empty() ? PerfTable{} : PerfTable::load(path, field);
-}
-
 // The phases' runs in order; a layer's tensors reach each phase at the
 // offsets plan_phases gave its part.
 class CompositeRun final : public PreparedRun {
@@ -103,6 +80,27 @@ class CompositeRun final : public PreparedRun {
 };
 
 }  // namespace
+
+PerfTable load_perf_table(const RuntimeOptions& options, const Environment& env) {
+  std::string path = options.perf_table_path;
+  std::string field = "perf_table_path";
+  if (path.empty()) {
+    if (const char* from_env = std::getenv("HELIXMLA_PERF_TABLE")) {
+      path = from_env;
+      field = "HELIXMLA_PERF_TABLE";
+    }
+  }
+  if (path.empty() && env.has_gpu()) {
+    const std::string file = "perf/" + std::string(to_string(env.arch)) + ".json";
+    for (const std::string& root : shipped_data_roots()) {
+      if (std::filesystem::exists(root + "/data/" + file)) {
+        path = root + "/data/" + file;
+        break;
+      }
+    }
+  }
+  return path.empty() ? PerfTable{} : PerfTable::load(path, field);
+}
 
 Runtime::Runtime(RuntimeOptions options)
     : options_(std::move(options)),

@@ -3,6 +3,7 @@
 // to float32 rounding.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -302,9 +303,17 @@ TEST(CpuBackend, PreparedRunComputesTheReference) {
   const BackendPtr cpu = cpu::make_cpu_backend();
   EXPECT_EQ(cpu->workspace_bytes(p), 0u);
   auto run = cpu->prepare(p, Workspace{}, nullptr);
+  // The caller may reuse its metadata once prepare returns, as for the
+  // CUDA backends, which upload it.
+  const std::vector<std::int32_t> kv_len = batch.kv_len_, page_table = batch.page_table_;
+  std::fill(batch.kv_len_.begin(), batch.kv_len_.end(), 1);
+  std::fill(batch.page_table_.begin(), batch.page_table_.end(), -1);
+  batch.poison_outputs();
   run->enqueue(nullptr);  // synchronous: results are ready on return
   const std::vector<std::byte> backend_out = batch.out_;
   const std::vector<float> backend_stats = batch.stats_;
+  batch.kv_len_ = kv_len;
+  batch.page_table_ = page_table;
   batch.poison_outputs();
   reference_attention(p, 1);
   EXPECT_EQ(std::memcmp(batch.out_.data(), backend_out.data(), backend_out.size()), 0);
