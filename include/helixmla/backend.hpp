@@ -31,6 +31,14 @@ enum class MaskKind : std::uint8_t { linear, tree, custom };
 // Everything about a phase that can change which backend may or should run it.
 // Batch size enters only as a power-of-two bucket (floor), so backends and
 // performance tables must not depend on finer batch sizes than that.
+// Of each tensor's address, the largest power of two dividing it, up to 16
+// (16 for a tensor not given): kernels with wide loads need aligned tensors,
+// so whether a backend can run a phase depends on it.
+struct AddressAlignment {
+  std::int32_t q = 16, kv_pool = 16, out = 16, stats = 16;
+  bool operator==(const AddressAlignment&) const = default;
+};
+
 struct PhaseShape {
   PhaseKind phase = PhaseKind::generation;
   MlaDims dims;
@@ -50,6 +58,7 @@ struct PhaseShape {
   std::int32_t beam_width = 1;
   MaskKind mask = MaskKind::linear;
   bool on_device = false;          // tensors are in CUDA device memory
+  AddressAlignment alignment;
 
   bool operator==(const PhaseShape&) const = default;
 };

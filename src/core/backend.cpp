@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdint>
 
 #include "helixmla/error.hpp"
 
@@ -52,6 +53,8 @@ std::size_t hash_value(const PhaseShape& s) {
   h = mix(h ^ (u(s.q_len) | u(s.max_q_len) << 32));
   h = mix(h ^ (u(s.batch_bucket) | u(s.cp_size) << 32));
   h = mix(h ^ u(s.beam_width));
+  h = mix(h ^ (u(s.alignment.q) | u(s.alignment.kv_pool) << 8 | u(s.alignment.out) << 16 |
+               u(s.alignment.stats) << 24));
   return static_cast<std::size_t>(h);
 }
 
@@ -68,6 +71,10 @@ std::string describe(const PhaseShape& s) {
   if (s.mask != MaskKind::linear) text += fmt::format(" mask={}", to_string(s.mask));
   if (s.dims.kv_lora_rank != 512 || s.dims.rope_dim != 64) {
     text += fmt::format(" dims={}+{}", s.dims.kv_lora_rank, s.dims.rope_dim);
+  }
+  if (s.alignment != AddressAlignment{}) {
+    text += fmt::format(" aligned q={} pool={} out={} stats={}", s.alignment.q, s.alignment.kv_pool,
+                        s.alignment.out, s.alignment.stats);
   }
   text += s.on_device ? " device" : " host";
   return text;
@@ -108,6 +115,12 @@ PhaseShape shape_of(const Phase& phase, const Problem& whole) {
                                                      part.stats.width == 2 &&
                                                      part.stats.heads == part.num_heads);
   shape.on_device = part.location.kind == Location::Kind::cuda;
+  const auto alignment_of = [](const void* pointer) {
+    const std::uintptr_t address = reinterpret_cast<std::uintptr_t>(pointer);
+    return address == 0 ? 16 : static_cast<std::int32_t>(std::min<std::uintptr_t>(16, address & (~address + 1)));
+  };
+  shape.alignment = {alignment_of(part.q), alignment_of(part.kv.pool), alignment_of(part.out),
+                     alignment_of(part.stats.data)};
   return shape;
 }
 

@@ -260,6 +260,19 @@ void validate_helix(const Problem& p) {
   if (h.enabled() && !p.stats.present()) {
     reject("stats.data", -1, "null", "Helix needs softmax statistics to combine the ranks");
   }
+  // Without bounds a rank would apply the verify-group mask to its local KV,
+  // which is right only for single tokens: a group straddling a page
+  // boundary sees different local prefixes per token (DESIGN §5).
+  if (h.cp_size > 1 && bounds.empty()) {
+    for (std::size_t r = 0; r < p.q_len.size(); ++r) {
+      if (p.q_len[r] > 1) {
+        reject("helix.token_kv_bounds", -1, "[]",
+               fmt::format("a rank of cp_size {} needs per-token bounds when a request has q_len > 1 "
+                           "(request {}: {}); helix_localize gives them",
+                           h.cp_size, r, p.q_len[r]));
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -251,6 +251,7 @@ class GenericBackend final : public Backend {
   Verdict check(const PhaseShape& shape) const override {
     if (!shape.on_device) return Verdict::no(kHostMemory);
     if (Verdict dims = check_dims(shape.dims); !dims) return dims;
+    if (Verdict aligned = check_alignment(shape.alignment, kAlignment); !aligned) return aligned;
     if (!is_half(shape.q_dtype)) {
       return Verdict::no(fmt::format("q_dtype {} unsupported: bf16 or fp16", to_string(shape.q_dtype)));
     }

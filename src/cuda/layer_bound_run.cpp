@@ -18,6 +18,23 @@ void require_alignment(const char* field, const void* pointer, std::size_t align
   }
 }
 
+Verdict check_alignment(const AddressAlignment& have, const TensorAlignment& need) {
+  const struct {
+    const char* tensor;
+    std::int32_t has;
+    std::size_t needs;
+  } tensors[] = {{"q", have.q, need.q},
+                 {"kv.pool", have.kv_pool, need.kv_pool},
+                 {"out", have.out, need.out},
+                 {"stats.data", have.stats, need.stats}};
+  for (const auto& t : tensors) {
+    if (static_cast<std::size_t>(t.has) < t.needs) {
+      return Verdict::no(fmt::format("{} is {}-byte aligned; {} needs {}", t.tensor, t.has, need.backend, t.needs));
+    }
+  }
+  return Verdict::yes();
+}
+
 void require_tensor_alignment(const LayerTensors& layer, const TensorAlignment& need, bool as_layer) {
   require_alignment(as_layer ? "layer.q" : "q", layer.q, need.q, need.backend);
   require_alignment(as_layer ? "layer.kv_pool" : "kv.pool", layer.kv_pool, need.kv_pool, need.backend);

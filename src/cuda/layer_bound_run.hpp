@@ -19,6 +19,8 @@ struct TensorAlignment {
   std::size_t q = 0, kv_pool = 0, out = 0, stats = 0;
 };
 
+// Whether tensors aligned as `have` meet `need`, for a backend's check.
+Verdict check_alignment(const AddressAlignment& have, const TensorAlignment& need);
 // Throws InvalidArgument naming `field` unless `pointer` is aligned.
 void require_alignment(const char* field, const void* pointer, std::size_t alignment, const char* backend);
 // Fields are named as the caller passed them: a Problem's (q, kv.pool, out,

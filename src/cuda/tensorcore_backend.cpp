@@ -51,6 +51,7 @@ Verdict check_shape(const PhaseShape& s) {
   if (s.has_stats && !s.stats_fp32_contiguous) {
     return Verdict::no("stats must be float32 [tokens, heads, 2]");
   }
+  if (Verdict aligned = check_alignment(s.alignment, kTensorcoreAlignment); !aligned) return aligned;
   return Verdict::yes();
 }
 

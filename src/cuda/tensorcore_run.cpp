@@ -88,10 +88,6 @@ Kernel kernel_for(const TensorcoreVariant& variant) {
   return k;
 }
 
-// The kernel's 16-byte cp.async loads, 4-byte output stores and 8-byte stats
-// stores need aligned tensors; a misaligned access would poison the context.
-constexpr TensorAlignment kAlignment{"cuda_tensorcore", 16, 16, 4, 8};
-
 // A phase's launch arguments besides its tensors (bound at each launch).
 struct TensorcoreLaunch {
   helixmla_tc::Params params{};
@@ -158,7 +154,7 @@ std::int32_t parallel_blocks(const Problem& phase, const TensorcoreVariant& vari
 class TensorcoreRun final : public LayerBoundRun {
  public:
   TensorcoreRun(const Problem& phase, const TensorcoreVariant& variant, Kernel kernel)
-      : LayerBoundRun(phase, kAlignment),
+      : LayerBoundRun(phase, kTensorcoreAlignment),
         variant_(variant),
         kernel_(kernel),
         pool_rows_(phase.kv.num_pages * phase.kv.page_size) {}
@@ -252,7 +248,7 @@ std::unique_ptr<PreparedRun> prepare_tensorcore(const Problem& phase, const Tens
                                                 Workspace workspace, void* stream) {
   DeviceGuard guard(phase.location.device);
   refuse_capturing_stream(static_cast<cudaStream_t>(stream));
-  require_tensor_alignment(layer_tensors(phase), kAlignment, false);
+  require_tensor_alignment(layer_tensors(phase), kTensorcoreAlignment, false);
   std::shared_ptr<const TensorcorePlan> plan =
       tensorcore_plan_for(phase, variant.rows, parallel_blocks(phase, variant));
   const std::size_t needed = plan->workspace_bytes;
@@ -260,7 +256,7 @@ std::unique_ptr<PreparedRun> prepare_tensorcore(const Problem& phase, const Tens
     throw InvalidArgument("workspace.bytes", -1, std::to_string(workspace.bytes),
                           "cuda_tensorcore needs at least " + std::to_string(needed) + " bytes for this phase");
   }
-  require_alignment("workspace.data", workspace.data, 16, kAlignment.backend);
+  require_alignment("workspace.data", workspace.data, 16, kTensorcoreAlignment.backend);
   auto run = std::make_unique<TensorcoreRun>(phase, variant, kernel_for(variant));
   run->take(phase, std::move(plan), workspace.data, workspace.data ? workspace.bytes : needed, stream);
   return run;

@@ -5,10 +5,15 @@
 #include <cstddef>
 #include <memory>
 
+#include "cuda/layer_bound_run.hpp"
 #include "cuda/tensorcore_variants.hpp"
 #include "helixmla/backend.hpp"
 
 namespace helixmla::cuda {
+
+// The kernel's 16-byte cp.async loads, 4-byte output stores and 8-byte stats
+// stores need aligned tensors; a misaligned access would poison the context.
+inline constexpr TensorAlignment kTensorcoreAlignment{"cuda_tensorcore", 16, 16, 4, 8};
 
 // The variant the backend runs for a phase (a planner part or a whole
 // single-phase batch): the same one can_implement names for its shape.

@@ -4,12 +4,17 @@
 
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "cuda/generic_backend.hpp"
+#include "cuda/tensorcore_backend.hpp"
 #include "helixmla/backend.hpp"
+#include "helixmla/error.hpp"
+#include "helixmla/planner.hpp"
+#include "helixmla/selector.hpp"
 
 namespace helixmla {
 namespace {
@@ -105,6 +110,51 @@ TEST(GenericBackendCapability, CatalogHasOneKernelPerDtypePair) {
   KernelVariant chosen;
   ASSERT_TRUE(backend->catalog().can_implement(shape, environment(Arch::sm90), &chosen));
   EXPECT_EQ(chosen.name, "generic_q-bf16_kv-fp8");
+}
+
+// The kernels' wide loads need aligned tensors; a shape says how its tensors
+// are aligned, so the selector routes a misaligned batch to a backend that
+// takes it instead of to one whose prepare would refuse it.
+TEST(CudaBackendsCapability, MisalignedTensorsRouteToTheBackendThatTakesThem) {
+  Environment env = environment(Arch::sm90);
+  env.built_backends.insert("cuda_tensorcore");
+  env.nvrtc = true;
+  PhaseShape shape = device_shape();
+  shape.alignment.q = 4;  // a bf16 Q at an odd pair of elements
+  const BackendPtr tensorcore = cuda::make_tensorcore_backend();
+  const Verdict refused = tensorcore->check(shape);
+  EXPECT_FALSE(refused);
+  EXPECT_NE(refused.reason.find("q is 4-byte aligned"), std::string::npos) << refused.reason;
+  const Selector selector({tensorcore, cuda::make_generic_backend()}, env);
+  EXPECT_EQ(selector.select(shape).choice, "cuda_generic");
+
+  shape.alignment.kv_pool = 8;  // neither backend's 16-byte KV loads can take it
+  EXPECT_THROW(selector.select(shape), NoCapableBackend);
+  shape.alignment = {};
+  EXPECT_EQ(selector.select(shape).choice, "cuda_tensorcore");
+}
+
+// shape_of reads each tensor's alignment off its address.
+TEST(CudaBackendsCapability, ShapesCarryTheirTensorsAlignment) {
+  alignas(64) static std::byte memory[256];
+  Problem p;
+  p.num_heads = 4;
+  p.softmax_scale = 0.1f;
+  p.location = Location::cuda(0);
+  p.q = memory + 4;
+  p.out = memory + 2;
+  p.kv.pool = memory + 64;
+  const std::int32_t q_len[] = {1}, kv_len[] = {16}, pages[] = {0};
+  p.q_len = q_len;
+  p.kv_len = kv_len;
+  p.page_table = pages;
+  p.kv.num_pages = 1;
+  p.kv.page_size = 16;
+  const PhasePlan plan = plan_phases(p);
+  ASSERT_TRUE(plan.generation.has_value());
+  const PhaseShape shape = shape_of(*plan.generation, p);
+  EXPECT_EQ(shape.alignment, (AddressAlignment{4, 16, 2, 16}));  // no stats: nothing to align
+  EXPECT_NE(describe(shape).find("aligned q=4 pool=16 out=2"), std::string::npos) << describe(shape);
 }
 
 }  // namespace

@@ -446,6 +446,20 @@ TEST_F(Validate, HelixNeedsStats) {
   EXPECT_EQ(rejection().field(), "stats.data");
 }
 
+// A rank's verify groups need their bounds: the local mask differs per
+// token where a group straddles pages of several ranks. Single tokens see
+// their whole local KV, which the plain mask gives.
+TEST_F(Validate, HelixVerifyGroupsNeedBounds) {
+  p_.helix.cp_size = 2;
+  const InvalidArgument e = rejection();
+  EXPECT_EQ(e.field(), "helix.token_kv_bounds");
+  EXPECT_NE(std::string(e.what()).find("q_len > 1"), std::string::npos) << e.what();
+  std::fill(q_len_.begin(), q_len_.end(), 1);
+  bind();
+  p_.stats.tokens = p_.num_tokens();
+  EXPECT_NO_THROW(validate(p_));
+}
+
 TEST_F(Validate, ReportsTheFirstViolatedRule) {
   p_.num_heads = 0;
   page_table_[0] = -1;
