@@ -3,12 +3,11 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
-#include <map>
-#include <mutex>
 #include <string>
-#include <tuple>
+#include <utility>
 
 #include "cuda/cuda_check.hpp"
+#include "cuda/once_per_key.hpp"
 #include "cuda/tensorcore_kernel.cuh"
 #include "cuda/tensorcore_kernel_source.hpp"  // generated: kTensorcoreKernelSource
 #include "helixmla/error.hpp"
@@ -94,27 +93,23 @@ NvrtcProgram tensorcore_jit_program(const TensorcoreVariant& variant, const std:
 }
 
 CUfunction tensorcore_jit_function(const TensorcoreVariant& variant, int smem_bytes) {
-  static std::mutex mutex;
-  static std::map<std::tuple<int, std::string>, CUfunction> loaded;
+  static OncePerKey<std::pair<int, std::string>, CUfunction> loaded;  // modules stay loaded
 
   int device = 0;
   HELIXMLA_CUDA_CHECK(cudaGetDevice(&device));
   HELIXMLA_CUDA_CHECK(cudaFree(nullptr));  // makes the runtime's primary context current
-  std::lock_guard<std::mutex> lock(mutex);
-  const auto key = std::make_tuple(device, variant.name());
-  if (const auto found = loaded.find(key); found != loaded.end()) return found->second;
-
-  const NvrtcProgram program = tensorcore_jit_program(variant, device_arch(device));
-  const std::vector<char> cubin =
-      cached_cubin(program, variant.name() + "-" + program.arch, JitCache(JitCache::default_directory()));
-  CUmodule module = nullptr;
-  check_driver(driver().module_load_data(&module, cubin.data()), "cuModuleLoadData");
-  CUfunction function = nullptr;
-  check_driver(driver().module_get_function(&function, module, kTensorcoreJitEntry), "cuModuleGetFunction");
-  check_driver(driver().func_set_attribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes),
-               "cuFuncSetAttribute");
-  loaded.emplace(key, function);  // modules stay loaded for the life of the process
-  return function;
+  return loaded.get({device, variant.name()}, [&] {
+    const NvrtcProgram program = tensorcore_jit_program(variant, device_arch(device));
+    const std::vector<char> cubin =
+        cached_cubin(program, variant.name() + "-" + program.arch, JitCache(JitCache::default_directory()));
+    CUmodule module = nullptr;
+    check_driver(driver().module_load_data(&module, cubin.data()), "cuModuleLoadData");
+    CUfunction function = nullptr;
+    check_driver(driver().module_get_function(&function, module, kTensorcoreJitEntry), "cuModuleGetFunction");
+    check_driver(driver().func_set_attribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes),
+                 "cuFuncSetAttribute");
+    return function;
+  });
 }
 
 int jit_kernel_registers(CUfunction function) {

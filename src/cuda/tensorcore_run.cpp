@@ -8,9 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 
@@ -18,6 +16,7 @@
 #include "cuda/cuda_check.hpp"
 #include "cuda/device_guard.hpp"
 #include "cuda/layer_bound_run.hpp"
+#include "cuda/once_per_key.hpp"
 #include "cuda/sm_count.hpp"
 #include "cuda/split_combine.hpp"
 #include "cuda/tensorcore_jit.hpp"
@@ -76,16 +75,10 @@ Kernel resolve_kernel(const TensorcoreVariant& variant) {
 // shared-memory attribute set, its registers checked): prepare runs every
 // step, and both belong to the kernel, not to the step.
 Kernel kernel_for(const TensorcoreVariant& variant) {
-  static std::mutex mutex;
-  static std::map<std::pair<int, std::string>, Kernel> resolved;
+  static OncePerKey<std::pair<int, std::string>, Kernel> resolved;
   int device = 0;
   HELIXMLA_CUDA_CHECK(cudaGetDevice(&device));
-  std::lock_guard<std::mutex> lock(mutex);
-  auto key = std::make_pair(device, variant.name());
-  if (const auto found = resolved.find(key); found != resolved.end()) return found->second;
-  const Kernel k = resolve_kernel(variant);
-  resolved.emplace(std::move(key), k);
-  return k;
+  return resolved.get({device, variant.name()}, [&] { return resolve_kernel(variant); });
 }
 
 // A phase's launch arguments besides its tensors (bound at each launch).
