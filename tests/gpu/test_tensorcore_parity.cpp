@@ -13,6 +13,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -226,6 +227,24 @@ TEST(TensorcoreJit, PageSizesOutsideThePrecompiledSetRun) {
       EXPECT_TRUE(info.any_jit) << label_of(spec);
     }
   }
+}
+
+// Each just-in-time variant is made once per process under a lock of its
+// own: threads preparing different ones at once (pages no other test uses,
+// so they compile here) each get theirs and match.
+TEST(TensorcoreJit, ThreadsPreparingDifferentVariantsAtOnceEachMatch) {
+  SKIP_WITHOUT_TENSORCORE();
+  if (!Environment::detect().nvrtc) GTEST_SKIP() << "no NVRTC";
+  std::vector<std::thread> threads;
+  for (std::int32_t page : {40, 80, 24}) {
+    threads.emplace_back([page] {
+      BatchSpec spec = decode_spec(16, 1, page, DType::bf16);
+      SyntheticBatch host(spec);
+      const RunInfo info = expect_parity(host, label_of(spec));
+      EXPECT_TRUE(info.any_jit) << label_of(spec);
+    });
+  }
+  for (std::thread& t : threads) t.join();
 }
 
 TEST(TensorcoreJit, Fp16QueriesWithFp16AndFp8Kv) {
