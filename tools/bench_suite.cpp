@@ -15,9 +15,9 @@ namespace helixmla::tools {
 
 namespace {
 
-// Names a cell as "<file> line N <column>" so an error points into the file.
 constexpr const char* kColumns = "case,heads,q_len,batch,kv_len,page_size,kv_dtype[,note]";
 
+// Names a cell as "<file> line N <column>" so an error points into the file.
 std::string cell(const std::string& path, std::int64_t line, const char* column) {
   return fmt::format("{} line {} {}", path, line, column);
 }
@@ -51,7 +51,7 @@ std::vector<BenchCase> load_suite(const std::string& path) {
       continue;
     }
     if (line.empty()) continue;
-    auto f = split_items(line);
+    const auto f = split_items(line);
     if (f.size() < 7) {
       throw InvalidArgument(fmt::format("{} line {}", path, number), -1, line,
                             fmt::format("expected 7 or 8 comma-separated columns: {}", kColumns));

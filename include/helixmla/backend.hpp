@@ -28,9 +28,6 @@ struct Verdict {
 
 enum class MaskKind : std::uint8_t { linear, tree, custom };
 
-// Everything about a phase that can change which backend may or should run it.
-// Batch size enters only as a power-of-two bucket (floor), so backends and
-// performance tables must not depend on finer batch sizes than that.
 // Of each tensor's address, the largest power of two dividing it, up to 16
 // (16 for a tensor not given): kernels with wide loads need aligned tensors,
 // so whether a backend can run a phase depends on it.
@@ -39,6 +36,9 @@ struct AddressAlignment {
   bool operator==(const AddressAlignment&) const = default;
 };
 
+// Everything about a phase that can change which backend may or should run it.
+// Batch size enters only as a power-of-two bucket (floor), so backends and
+// performance tables must not depend on finer batch sizes than that.
 struct PhaseShape {
   PhaseKind phase = PhaseKind::generation;
   MlaDims dims;
