@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <charconv>
 #include <utility>
 
@@ -18,16 +19,20 @@ std::string item_at(const std::string& flag_text, std::size_t index, const std::
 // replaces the default only once the whole option has been read.
 template <typename T, typename Read>
 CLI::Option* add_list(CLI::App& app, const std::string& name, std::vector<T>& values, const std::string& description,
-                      Read read) {
+                      Repeats repeats, Read read) {
   CLI::Option* option = app.add_option_function<std::vector<std::string>>(
       name,
-      [&values, name, read](const std::vector<std::string>& texts) {
+      [&values, name, repeats, read](const std::vector<std::string>& texts) {
         std::vector<T> parsed;
         for (const std::string& text : texts) {
           const std::vector<std::string> items = split_items(text);
           for (std::size_t i = 0; i < items.size(); ++i) {
             if (items[i].empty()) throw CLI::ValidationError(name, fmt::format("entry {} of '{}' is empty", i, text));
-            parsed.push_back(read(text, i, items[i]));
+            T value = read(text, i, items[i]);
+            if (repeats == Repeats::refused && std::find(parsed.begin(), parsed.end(), value) != parsed.end()) {
+              throw CLI::ValidationError(name, item_at(text, i, items[i]) + " repeats an earlier entry");
+            }
+            parsed.push_back(std::move(value));
           }
         }
         values = std::move(parsed);
@@ -51,7 +56,7 @@ std::vector<std::string> split_items(const std::string& text, char separator) {
 }
 
 CLI::Option* add_int_list(CLI::App& app, const std::string& name, std::vector<int>& values, std::int64_t min,
-                          std::int64_t max, const std::string& description) {
+                          std::int64_t max, const std::string& description, Repeats repeats) {
   auto read = [name, min, max](const std::string& text, std::size_t index, const std::string& item) {
     std::int64_t value = 0;
     const auto [end, error] = std::from_chars(item.data(), item.data() + item.size(), value);
@@ -63,7 +68,8 @@ CLI::Option* add_int_list(CLI::App& app, const std::string& name, std::vector<in
     }
     return static_cast<int>(value);
   };
-  return add_list(app, name, values, description, read)->type_name(fmt::format("INT[,INT...] in [{} - {}]", min, max));
+  return add_list(app, name, values, description, repeats, read)
+      ->type_name(fmt::format("INT[,INT...] in [{} - {}]", min, max));
 }
 
 CLI::Option* add_name_list(CLI::App& app, const std::string& name, std::vector<std::string>& values,
@@ -74,7 +80,7 @@ CLI::Option* add_name_list(CLI::App& app, const std::string& name, std::vector<s
     }
     return item;
   };
-  return add_list(app, name, values, description, read)->type_name("TEXT[,TEXT...]");
+  return add_list(app, name, values, description, Repeats::refused, read)->type_name("TEXT[,TEXT...]");
 }
 
 }  // namespace helixmla::tools

@@ -16,11 +16,17 @@ namespace helixmla::tools {
 // The items of one text separated by `separator`, empty ones included.
 std::vector<std::string> split_items(const std::string& text, char separator = ',');
 
+// Whether a list may name an item twice: only where repeating means something
+// (--kv-len's lengths cycle over the requests); elsewhere a repeat is a typo
+// that would run the same work twice.
+enum class Repeats { allowed, refused };
+
 // Integers in [min, max]; the option may be given several times (the items add up).
 CLI::Option* add_int_list(CLI::App& app, const std::string& name, std::vector<int>& values, std::int64_t min,
-                          std::int64_t max, const std::string& description);
+                          std::int64_t max, const std::string& description, Repeats repeats = Repeats::refused);
 
-// Names accepted by `check`, which returns an empty string or the reason an item is refused.
+// Names accepted by `check`, which returns an empty string or the reason an
+// item is refused; none twice.
 CLI::Option* add_name_list(CLI::App& app, const std::string& name, std::vector<std::string>& values,
                            std::function<std::string(const std::string&)> check, const std::string& description);
 

@@ -51,11 +51,6 @@ void require_devices(const std::vector<int>& devices) {
                                                           "CUDA GPU(s)",
                                                           devices[i], i, available));
     }
-    const auto first = std::find(devices.begin(), devices.begin() + static_cast<std::ptrdiff_t>(i), devices[i]);
-    if (first != devices.begin() + static_cast<std::ptrdiff_t>(i)) {
-      throw CLI::ValidationError("--devices", fmt::format("device {} at index {} is also at index {}: one GPU per rank",
-                                                          devices[i], i, first - devices.begin()));
-    }
   }
 }
 

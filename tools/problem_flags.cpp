@@ -40,7 +40,8 @@ void add_problem_flags(CLI::App& app, ProblemFlags& flags) {
   app.add_option("--batch", flags.batch, "Generation requests")
       ->capture_default_str()->check(CLI::Range(0, 1 << 20));
   add_int_list(app, "--kv-len", flags.kv_len, 1, 1 << 30,
-               "Cached tokens per generation, new tokens included: one value, or a comma list cycled over the requests");
+               "Cached tokens per generation, new tokens included: one value, or a comma list cycled over the requests",
+               Repeats::allowed);
   app.add_option("--page-size", flags.page_size, "Tokens per KV-cache page (any integer >= 1)")
       ->capture_default_str()->check(CLI::Range(1, 1 << 20));
   app.add_option("--kv-dtype", flags.kv_dtype, "KV-cache element type (bf16, fp16, fp8)")

@@ -2,11 +2,17 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <fstream>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
+#include <string_view>
 
 #include "core/json_input.hpp"
 #include "helixmla/error.hpp"
+#include "helixmla/validate.hpp"
 
 namespace helixmla {
 
@@ -24,14 +30,23 @@ const json& member(const json& object, const char* key, const std::string& where
   return *it;
 }
 
-std::int32_t int_in(const json& object, const char* key, const std::string& where, std::int64_t lowest) {
+std::int32_t int_in(const json& object, const char* key, const std::string& where, std::int64_t lowest,
+                    std::int64_t highest = 1 << 30) {
   const json& value = member(object, key, where);
-  if (!value.is_number_integer() || value.get<std::int64_t>() < lowest ||
-      value.get<std::int64_t>() > (1 << 30)) {
+  if (!value.is_number_integer() || value.get<std::int64_t>() < lowest || value.get<std::int64_t>() > highest) {
     throw InvalidArgument(where + "." + key, -1, brief_json(value),
-                          fmt::format("must be an integer from {} to {}", lowest, 1 << 30));
+                          fmt::format("must be an integer from {} to {}", lowest, highest));
   }
   return value.get<std::int32_t>();
+}
+
+// As profiles do: a misspelt field would otherwise be dropped in silence.
+void only_fields(const json& object, const std::string& where, std::initializer_list<std::string_view> fields) {
+  for (const auto& [name, value] : object.items()) {
+    if (std::find(fields.begin(), fields.end(), name) == fields.end()) {
+      throw InvalidArgument(where + "." + name, -1, brief_json(value), "is not a field of a performance table");
+    }
+  }
 }
 
 std::string text_of(const json& object, const char* key, const std::string& where) {
@@ -87,6 +102,7 @@ PerfTable PerfTable::from_json(const std::string& text, const std::string& origi
   const std::string where = "perf_table";  // a named string: a temporary here reads as dangling to g++ 13
   const json root = parse_json_input(text, where, origin);
   if (!root.is_object()) throw InvalidArgument(where, -1, root.type_name(), "must be a JSON object");
+  only_fields(root, where, {"version", "entries"});
   const json& version = member(root, "version", where);
   if (version != kVersion) {
     throw InvalidArgument("perf_table.version", -1, brief_json(version),
@@ -101,6 +117,7 @@ PerfTable PerfTable::from_json(const std::string& text, const std::string& origi
     const json& entry = entries[i];
     const std::string where = fmt::format("perf_table.entries[{}]", i);
     if (!entry.is_object()) throw InvalidArgument(where, -1, entry.type_name(), "must be an object");
+    only_fields(entry, where, {"arch", "kv_dtype", "heads", "q_len", "page_size", "batch_bucket", "times_us"});
     PerfKey key;
     const std::string arch = text_of(entry, "arch", where);
     const auto parsed_arch = parse_arch(arch);
@@ -112,10 +129,14 @@ PerfTable PerfTable::from_json(const std::string& text, const std::string& origi
       throw InvalidArgument(where + ".kv_dtype", -1, dtype, "must be bf16, fp16 or fp8");
     }
     key.kv_dtype = *parsed_dtype;
-    key.num_heads = int_in(entry, "heads", where, 1);
+    key.num_heads = int_in(entry, "heads", where, 1, kMaxHeads);
     key.q_len = int_in(entry, "q_len", where, 0);  // 0: a context phase
     key.page_size = int_in(entry, "page_size", where, 1);
     key.batch_bucket = int_in(entry, "batch_bucket", where, 1);
+    // Shapes carry their batch as a power-of-two bucket: another value matches none.
+    if (!std::has_single_bit(static_cast<std::uint32_t>(key.batch_bucket))) {
+      throw InvalidArgument(where + ".batch_bucket", -1, std::to_string(key.batch_bucket), "must be a power of two");
+    }
     const json& times = member(entry, "times_us", where);
     if (!times.is_object() || times.empty()) {
       throw InvalidArgument(where + ".times_us", -1, brief_json(times),

@@ -79,6 +79,17 @@ TEST_F(Cli, PeerExchangeWithoutDevicesIsABadFlagValue) {
   expect_refused("run --cp 2 --exchange carrier-pigeon --heads 16 --kv-len 64 --batch 1", "--exchange");
 }
 
+// A repeated item would run the same work twice; only --kv-len's lengths
+// (cycled over the requests) may repeat.
+TEST_F(Cli, ListsRefuseRepeatedItems) {
+  expect_refused("sweep --arch sm90,sm90", "--arch: entry 1 ('sm90') of 'sm90,sm90' repeats an earlier entry");
+  expect_refused("bench --cases 1,1", "--cases: entry 1 ('1') of '1,1' repeats an earlier entry");
+  expect_refused("run --cp 2 --devices 0,0 --heads 16 --kv-len 64 --batch 1", "--devices");
+  expect_refused("tune --heads 16 --heads 16", "--heads");
+  const Outcome o = helixmla("run --backend cpu --kv-len 64,64 --batch 2 --heads 4 --repeat 1");
+  EXPECT_EQ(o.code, 0) << o.output;
+}
+
 // A misspelt command is named, not reported as a missing one.
 TEST_F(Cli, AnUnknownCommandIsNamed) {
   expect_refused("rnu --heads 16", "unknown command 'rnu'; the commands are run, explain");

@@ -560,6 +560,10 @@ TEST(PerfTable, ErrorsNameTheField) {
   EXPECT_EQ(broken("\"a\":1.0", "\"a\":-1"), "perf_table.entries[1].times_us.a");
   EXPECT_EQ(broken("\"heads\":16", "\"heads\":0"), "perf_table.entries[1].heads");
   EXPECT_EQ(broken("\"page_size\":64", "\"page_size\":0"), "perf_table.entries[1].page_size");
+  EXPECT_EQ(broken("\"heads\":16", "\"heads\":999"), "perf_table.entries[1].heads") << "no shape has 999 heads";
+  EXPECT_EQ(broken("\"batch_bucket\":1", "\"batch_bucket\":3"), "perf_table.entries[1].batch_bucket");
+  EXPECT_EQ(broken("\"q_len\":1,", "\"q_len\":1,\"qlen\":2,"), "perf_table.entries[1].qlen") << "a misspelt field";
+  EXPECT_EQ(field_of("{\"version\":1,\"entries\":[],\"note\":\"x\"}"), "perf_table.note");
   EXPECT_EQ(broken("\"a\":1.0", "\"a\":2.0"), "perf_table.entries[1].times_us.a") << "a repeated shape";
   EXPECT_EQ(broken("\"a\":1.0", "\"b\":2.0"), "no error") << "another backend of the same shape";
 }
