@@ -7,11 +7,11 @@
 #include <algorithm>
 #include <cstdlib>
 #include <limits>
-#include <stdexcept>
 #include <string>
 #include <utility>
 
 #include "compare.hpp"
+#include "core/env_integer.hpp"
 #include "device_fill.hpp"
 #include "helixmla/error.hpp"
 #include "helixmla/reference.hpp"
@@ -86,12 +86,7 @@ std::string missing_cuda_devices(int needed) {
 bool cuda_devices_required(int needed) {
   const char* text = std::getenv("HELIXMLA_REQUIRE_GPUS");
   if (text == nullptr || *text == '\0') return false;
-  char* end = nullptr;
-  const long count = std::strtol(text, &end, 10);
-  if (*end != '\0' || count < 0) {
-    throw std::invalid_argument("HELIXMLA_REQUIRE_GPUS: '" + std::string(text) + "' is not a GPU count");
-  }
-  return needed <= count;
+  return needed <= parse_env_integer("HELIXMLA_REQUIRE_GPUS", text, 0);
 }
 
 DeviceBatch::DeviceBatch(SyntheticBatch& host, int device) : host_(host), device_(device) {
