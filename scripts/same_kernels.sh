@@ -20,10 +20,13 @@ git worktree add --detach --quiet "$work/base" "$rev"
 # revision before the BLOCKS template parameter has no two-block build).
 instantiations() {
   local tree=$1 params=helixmla_tc::Params
+  # The kernel's text: one file until session 39, then the file and its parts.
+  local kernel
+  kernel=$(cat "$tree/src/cuda/tensorcore_kernel.cuh" "$tree"/src/cuda/tensorcore/*.cuh 2>/dev/null || true)
   # Since the TMA copies (session 27) every kernel takes the pool's tensor
   # map too; before, only an off-by-default knob's build did.
-  if grep -q "KvTensorMap kv_map)" "$tree/src/cuda/tensorcore_kernel.cuh" &&
-      ! grep -q "define HELIXMLA_TC_SEESAW_TMA 0" "$tree/src/cuda/tensorcore_kernel.cuh"; then
+  if grep -q "KvTensorMap kv_map)" <<<"$kernel" &&
+      ! grep -q "define HELIXMLA_TC_SEESAW_TMA 0" <<<"$kernel"; then
     params="helixmla_tc::Params, const __grid_constant__ helixmla_tc::KvTensorMap"
   fi
   echo '#include "cuda/tensorcore_kernel.cuh"'
@@ -36,22 +39,22 @@ instantiations() {
                "helixmla_tc::$kv, helixmla_tc::$2>($params);"
         done
       done
-      if grep -q "int BLOCKS" "$tree/src/cuda/tensorcore_kernel.cuh"; then
+      if grep -q "int BLOCKS" <<<"$kernel"; then
         # The 32-row fp8 two-block build (Config's BLOCKS).
         echo "template __global__ void helixmla_tc::mla_decode_kernel<32, $page, helixmla_tc::$elem," \
              "helixmla_tc::kKvFp8, helixmla_tc::kEngineMmaSync, 2>($params);"
       fi
-      if grep -q "kEngineSeesaw" "$tree/src/cuda/tensorcore_kernel.cuh"; then
+      if grep -q "kEngineSeesaw" <<<"$kernel"; then
         # The seesaw engine (64-row tiles of 16-bit KV).
         echo "template __global__ void helixmla_tc::mla_decode_kernel<64, $page, helixmla_tc::$elem," \
              "helixmla_tc::kKvSameAsQ, helixmla_tc::kEngineSeesaw>($params);"
       fi
-      if grep -q "kEngineFp8Steps" "$tree/src/cuda/tensorcore_kernel.cuh"; then
+      if grep -q "kEngineFp8Steps" <<<"$kernel"; then
         # The fp8-steps engine (16-row tiles of fp8 KV).
         echo "template __global__ void helixmla_tc::mla_decode_kernel<16, $page, helixmla_tc::$elem," \
              "helixmla_tc::kKvFp8, helixmla_tc::kEngineFp8Steps>($params);"
       fi
-      if grep -q "Fp8StepsSplitLatentsLayout" "$tree/src/cuda/tensorcore_kernel.cuh"; then
+      if grep -q "Fp8StepsSplitLatentsLayout" <<<"$kernel"; then
         # Its 48-row tiles (session 30).
         echo "template __global__ void helixmla_tc::mla_decode_kernel<48, $page, helixmla_tc::$elem," \
              "helixmla_tc::kKvFp8, helixmla_tc::kEngineFp8Steps>($params);"
