@@ -117,8 +117,15 @@ if step helix; then
   summary+=("[helix done at $(elapsed) s]")
 fi
 if step bench; then
-  "$build/helixmla" bench --host --json "$out/bench.json" --plot "$out/bench.svg" >"$out/bench.txt" 2>"$out/bench.err"
+  # With the SM clock, power and clock-event reasons sampled per case
+  # (bench-clocks.txt), so a case whose time moved can be told apart from a
+  # clock that fell.
+  python3 scripts/bench_clocks.py "$out" -- "$build/helixmla" bench --host --json "$out/bench.json" \
+    --plot "$out/bench.svg" >"$out/bench.txt" 2>"$out/bench-clocks.err"
   summary+=("bench exit $? [$(elapsed) s]")
+  # The clock table comes last in the command's output: moved to its own file.
+  sed -n '/^clocks /,$p' "$out/bench.txt" >"$out/bench-clocks.txt"
+  sed -i '/^clocks /,$d' "$out/bench.txt"
   [ -n "${OUT:-}" ] && cp "$out/bench.json" "$out/bench.svg" "$OUT/"
 fi
 if step probes; then
@@ -262,5 +269,6 @@ echo
 echo "==== helixmla gpu-check summary ===="
 printf '%s\n' "${summary[@]}"
 [ -f "$out/bench.txt" ] && cat "$out/bench.txt"
+[ -s "$out/bench-clocks.txt" ] && cat "$out/bench-clocks.txt"
 for f in "$out"/variant*-r*.txt "$out"/*-probe.txt; do [ -f "$f" ] && { echo "== $f"; grep -v '^case [0-9]' "$f"; }; done
 exit 0

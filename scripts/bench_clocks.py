@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""Runs a `helixmla bench` command while nvidia-smi samples the card's SM
+clock, power, load and clock-event reasons, and says per suite case what
+clock the case ran at. The suite's times are medians over back-to-back
+calls; when one case's time moves between runs of the same code (case 2's
+queued median has read 485 to 542 us), this tells a clock that fell under
+power from a change in the code. The card's settings are only read.
+
+Usage: bench_clocks.py OUT_DIR -- COMMAND...
+Writes OUT_DIR/bench.err (the command's stderr, each line prefixed with its
+arrival time), OUT_DIR/clocks.csv (the samples) and prints one line per
+case: busy samples, SM clock median and minimum, power maximum, and the
+reasons the driver gave for running below the top clock. Exit status: the
+command's."""
+import datetime
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+FIELDS = "timestamp,clocks.sm,clocks.max.sm,power.draw,utilization.gpu"
+# Driver 535 renamed clocks_throttle_reasons to clocks_event_reasons.
+REASON_FIELDS = ("clocks_event_reasons.active", "clocks_throttle_reasons.active")
+# The reasons that lower the clock under load (nvidia-smi -q names them).
+REASONS = {0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal", 0x40: "hw_thermal",
+           0x80: "hw_power_brake"}
+BUSY_PERCENT = 50  # samples below this load are the host's work between timings
+
+
+def start_sampler(path):
+    for reason in REASON_FIELDS:
+        query = f"--query-gpu={FIELDS},{reason}"
+        try:
+            probe = subprocess.run(["nvidia-smi", query, "--format=csv,noheader,nounits", "-i", "0"],
+                                   capture_output=True, text=True)
+        except OSError:
+            return None  # no nvidia-smi
+        if probe.returncode == 0:
+            out = open(path, "w")
+            out.write(f"{FIELDS},reasons\n")
+            out.flush()
+            return subprocess.Popen(["nvidia-smi", query, "--format=csv,noheader,nounits", "-i", "0", "-lms", "100"],
+                                    stdout=out, stderr=subprocess.DEVNULL)
+    return None
+
+
+def parse_samples(path):
+    samples = []
+    for line in open(path).read().splitlines()[1:]:
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) != 6:
+            continue
+        try:
+            when = datetime.datetime.strptime(cells[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
+            samples.append((when, float(cells[1]), float(cells[2]), float(cells[3]), float(cells[4]),
+                            int(cells[5], 16)))
+        except ValueError:
+            continue  # a line cut short when the sampler stopped, or "[N/A]"
+    return samples
+
+
+def main():
+    if len(sys.argv) < 4 or sys.argv[2] != "--":
+        sys.exit(__doc__)
+    out_dir, command = sys.argv[1], sys.argv[3:]
+    sampler = start_sampler(f"{out_dir}/clocks.csv")
+    marks = []  # (time, case number or None for the end)
+    with open(f"{out_dir}/bench.err", "w") as err:
+        bench = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+        for line in bench.stderr:
+            now = time.time()
+            err.write(f"{now:.3f} {line}")
+            match = re.match(r"case (\d+) ", line)
+            marks.append((now, int(match.group(1)) if match else None))
+        status = bench.wait()
+    marks.append((time.time(), None))
+    if sampler is None:
+        print("clocks: nvidia-smi could not be queried; no per-case clocks")
+        return status
+    time.sleep(0.3)  # the last samples
+    sampler.terminate()
+    sampler.wait()
+    samples = parse_samples(f"{out_dir}/clocks.csv")
+    print(f"clocks while each case ran (samples above {BUSY_PERCENT}% load, ~0.1 s apart):")
+    print(f"{'case':>4} {'busy':>5} {'sm MHz median':>13} {'min':>5} {'max clock':>9} {'W max':>6}  reasons below max")
+    for (begin, case), (end, _) in zip(marks, marks[1:]):
+        if case is None:
+            continue
+        busy = [s for s in samples if begin <= s[0] < end and s[4] >= BUSY_PERCENT]
+        if not busy:
+            print(f"{case:>4} {0:>5}")
+            continue
+        clocks = [s[1] for s in busy]
+        seen = 0
+        for s in busy:
+            seen |= s[5]
+        reasons = ",".join(name for bit, name in REASONS.items() if seen & bit) or "-"
+        print(f"{case:>4} {len(busy):>5} {statistics.median(clocks):>13.0f} {min(clocks):>5.0f} "
+              f"{max(s[2] for s in busy):>9.0f} {max(s[3] for s in busy):>6.0f}  {reasons}")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
