@@ -40,8 +40,14 @@ def start_sampler(path):
             out = open(path, "w")
             out.write(f"{FIELDS},reasons\n")
             out.flush()
-            return subprocess.Popen(["nvidia-smi", query, "--format=csv,noheader,nounits", "-i", "0", "-lms", "100"],
-                                    stdout=out, stderr=subprocess.DEVNULL)
+            sampler = subprocess.Popen(["nvidia-smi", query, "--format=csv,noheader,nounits", "-i", "0", "-lms", "100"],
+                                       stdout=out, stderr=subprocess.DEVNULL)
+            # nvidia-smi takes a moment to its first sample: a short bench
+            # (one or two cases) was over before it began.
+            deadline = time.time() + 5
+            while time.time() < deadline and len(open(path).read().splitlines()) < 2:
+                time.sleep(0.05)
+            return sampler
     return None
 
 
