@@ -77,18 +77,20 @@ NvrtcProgram tensorcore_jit_program(const TensorcoreVariant& variant, const std:
   program.name = variant.name() + ".cu";
   program.arch = arch;
   // Line information costs no machine code and lets compute-sanitizer name
-  // a JIT kernel's source lines, as it does for the precompiled ones.
+  // a JIT kernel's source lines, as it does for the precompiled ones (the
+  // embedded text's #line directives name the kernel's files).
   program.options = {"-std=c++17", "-lineinfo"};
   // The variant's Config and decode_item arguments, in their template order.
   const std::string config = fmt::format("{}, {}, {}, {}", variant.rows, variant.kv_kind(), variant.engine_kind(),
                                          variant.build_blocks());
   const std::string args = fmt::format("{}, {}, {}, {}, {}, {}", variant.rows, variant.page_size, variant.elem_kind(),
                                        variant.kv_kind(), variant.engine_kind(), variant.build_blocks());
+  // The entry's own lines, after the kernel text's #line directives.
   program.source = fmt::format(
-      "{}\nextern \"C\" __global__ void __launch_bounds__(helixmla_tc::Config<{}>::kBlockThreads, "
+      "{}\n#line 1 \"{}\"\nextern \"C\" __global__ void __launch_bounds__(helixmla_tc::Config<{}>::kBlockThreads, "
       "helixmla_tc::Config<{}>::kBlocksPerSm)\n{}(helixmla_tc::Params p, const __grid_constant__ "
       "helixmla_tc::KvTensorMap kv_map) {{\n  helixmla_tc::decode_item<{}>(p, &kv_map);\n}}\n",
-      kTensorcoreKernelSource, config, config, kTensorcoreJitEntry, args);
+      kTensorcoreKernelSource, program.name, config, config, kTensorcoreJitEntry, args);
   return program;
 }
 

@@ -1,18 +1,20 @@
-// Tensor-core MLA decode kernel (DESIGN §2) and the parameter block the host
-// fills for it. The kernel is compiled twice from the same text: by nvcc for
-// the precompiled page sizes, and, embedded as a string, by NVRTC for every
-// other page size. It therefore uses only builtin types and inline PTX, and
-// its parts under cuda/tensorcore/ include nothing but each other (the build
-// inlines them into the one text NVRTC compiles: src/cuda/CMakeLists.txt).
-// The host side includes this file for the structs (params.cuh, config.cuh).
+// Tensor-core MLA decode kernel (DESIGN §2): the design, decode_item and
+// the kernel entry. The kernel is compiled twice from the same text: by
+// nvcc for the precompiled page sizes, and, embedded as a string, by NVRTC
+// for every other page size. It therefore uses only builtin types and
+// inline PTX, and its parts under cuda/tensorcore/ include nothing but each
+// other (the build inlines them into the one text NVRTC compiles:
+// src/cuda/CMakeLists.txt). The host side includes this file for the
+// parameter block the host fills (params.cuh) and the per-build sizes
+// (config.cuh, with knobs.cuh and layouts.cuh).
 //
-// The parts: knobs.cuh (A/B macros), params.cuh (what host and kernel
-// share), layouts.cuh and config.cuh (shared-memory maps and per-build
-// sizes); device code in primitives.cuh, wgmma_16bit.cuh, wgmma_fp8.cuh,
-// item_rows.cuh, fp8_steps_common.cuh and one file per engine function:
-// decode_tile.cuh (mma.sync and wgmma), decode_tile_seesaw.cuh,
-// decode_tile_fp8_steps.cuh (16-row fp8) and
-// decode_tile_fp8_steps_split_latents.cuh (48-row fp8).
+// The parts: knobs.cuh (A/B macros; the 48-row fp8-steps engine keeps its
+// own), params.cuh (what host and kernel share), layouts.cuh and
+// config.cuh (shared-memory maps and per-build sizes); device code in
+// primitives.cuh, wgmma_16bit.cuh, wgmma_fp8.cuh, item_rows.cuh,
+// fp8_steps_common.cuh and one file per engine function: decode_tile.cuh
+// (mma.sync and wgmma), decode_tile_seesaw.cuh, decode_tile_fp8_steps.cuh
+// (16-row fp8) and decode_tile_fp8_steps_split_latents.cuh (48-row fp8).
 //
 // Design decisions
 // - A block (256 threads, 8 warps; fp8 KV on wgmma adds a producer
@@ -26,7 +28,8 @@
 //   heads do not pay for 64 rows of matrix work; more rows take several
 //   tiles. The host may pick a bigger tile or another build by batch size
 //   (tensorcore_variants.hpp: 17-32 rows of 16-bit KV padded to 64 in big
-//   batches, the two-block build of 32-row fp8, Config's BLOCKS).
+//   batches, the two-block build of 32-row fp8, Config's BLOCKS in
+//   config.cuh).
 // - KV tiles of 32 tokens are gathered from the page pool with 16-byte
 //   cp.async (page size PAGE is a template parameter: the page lookup is a
 //   multiply, not a division), 2 to 4 stages deep; tokens past the range

@@ -25,7 +25,7 @@ inline constexpr bool kTensorcoreWgmmaFor64Rows = true;
 // Whether a row tile's kernel runs on wgmma (its default engine).
 constexpr bool tensorcore_uses_wgmma(std::int32_t rows) { return rows == 64 && kTensorcoreWgmmaFor64Rows; }
 // 64-row tiles of 16-bit KV have a second wgmma build, the seesaw engine
-// (FlashMLA's layout: tensorcore_kernel.cuh's decode_tile_seesaw). fp8 KV
+// (FlashMLA's layout: tensorcore/decode_tile_seesaw.cuh). fp8 KV
 // keeps the wgmma engine with its producer warpgroup.
 constexpr bool tensorcore_has_seesaw_build(std::int32_t rows, DType kv_dtype) {
   return tensorcore_uses_wgmma(rows) && kv_dtype != DType::fp8_e4m3;
@@ -50,8 +50,8 @@ constexpr bool tensorcore_uses_seesaw(std::int32_t rows, DType kv_dtype, std::in
 }
 
 // 16-row tiles of fp8 KV have a second build, the fp8-steps engine (wgmma
-// with e4m3 operands, tokens as M: tensorcore_kernel.cuh's
-// decode_tile_fp8_steps), one block per SM on 64-token tiles. It runs suite
+// with e4m3 operands, tokens as M: tensorcore/decode_tile_fp8_steps.cuh),
+// one block per SM on 64-token tiles. It runs suite
 // case 11 in 165 us against 187 on the mma.sync engine (0.58x case 5),
 // and its GPU tests (TensorcoreEngines.Fp8StepsEngine*: statistics to 1e-3
 // with S summed in float32 chunks, a long tail under a dominant token with
@@ -144,7 +144,7 @@ inline constexpr std::int32_t kWgmmaFor32RowsFromBatch = 16;
 
 // 32-row tiles with fp8 KV, the only ones with a two-block build, run it
 // from this batch bucket on: 7-8% faster at 64 and 128 requests, equal at
-// 32, slower below (tensorcore_kernel.cuh's Config; bench/RESULTS.md,
+// 32, slower below (tensorcore/config.cuh's Config; bench/RESULTS.md,
 // session 15).
 inline constexpr std::int32_t kTwoBlocks32RowFp8FromBatch = 64;
 constexpr bool tensorcore_has_two_block_build(std::int32_t rows, DType kv_dtype) {

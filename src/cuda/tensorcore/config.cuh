@@ -1,12 +1,12 @@
 // Per-(M, KV kind, engine, build) sizes, stages and shared-memory map.
-// Part of the tensor-core kernel; tensorcore_kernel.cuh describes the
-// design and includes every part. Built by nvcc and, inlined into one
-// text, by NVRTC, so it includes only its sibling parts.
+// Part of the tensor-core kernel, whose design tensorcore_kernel.cuh
+// describes. Built by nvcc and, inlined into one text, by NVRTC, so it
+// includes only its sibling parts.
 #pragma once
 
 #include "cuda/tensorcore/knobs.cuh"
-#include "cuda/tensorcore/params.cuh"
 #include "cuda/tensorcore/layouts.cuh"
+#include "cuda/tensorcore/params.cuh"
 
 namespace helixmla_tc {
 
@@ -30,7 +30,7 @@ struct Config {
                 "a two-block build exists for 32-row fp8 tiles only");
   static constexpr bool kTwoBlockBuild = BLOCKS == 2;
   static constexpr bool kWgmma = ENGINE == kEngineWgmma;
-  // The seesaw engine keeps its own map (SeesawLayout); the rest of this
+  // The seesaw engine keeps its own map (SeesawLayout, layouts.cuh); the rest of this
   // Config describes the other engines.
   static constexpr bool kSeesaw = ENGINE == kEngineSeesaw;
   static_assert(!kSeesaw || (M == 64 && KV == kKvSameAsQ && BLOCKS == 0), "the seesaw engine runs 64-row 16-bit KV");
@@ -69,7 +69,8 @@ struct Config {
   // cycle shared memory delivers; from registers it reads 1 KB. Those Q
   // columns (whole 64-column blocks: the two warpgroups take alternate
   // steps) are never stored in shared memory, which makes room for a
-  // fourth 16-bit KV stage (a fifth would fit, see the knob) and for fp8's
+  // fourth 16-bit KV stage (a fifth would fit, see
+  // HELIXMLA_TC_WGMMA_16BIT_STAGES in knobs.cuh) and for fp8's
   // three raw stages beside its three widened tiles.
   static constexpr int kQRegSteps =
       kWgmma ? (KV == kKvFp8 ? HELIXMLA_TC_Q_REG_STEPS_FP8 : HELIXMLA_TC_Q_REG_STEPS_16BIT) : 0;

@@ -1,11 +1,15 @@
 // The fp8-steps engine for 16-row tiles (decode_tile_fp8_steps).
-// Part of the tensor-core kernel; tensorcore_kernel.cuh describes the
-// design and includes every part. Built by nvcc and, inlined into one
-// text, by NVRTC, so it includes only its sibling parts.
-// Device code: tensorcore_kernel.cuh includes it under __CUDACC__.
+// Part of the tensor-core kernel, whose design tensorcore_kernel.cuh
+// describes. Built by nvcc and, inlined into one text, by NVRTC, so it
+// includes only its sibling parts.
+// Device code, reached from tensorcore_kernel.cuh under __CUDACC__.
 #pragma once
 
 #include "cuda/tensorcore/fp8_steps_common.cuh"
+#include "cuda/tensorcore/item_rows.cuh"
+#include "cuda/tensorcore/layouts.cuh"
+#include "cuda/tensorcore/primitives.cuh"
+#include "cuda/tensorcore/wgmma_fp8.cuh"
 
 namespace helixmla_tc {
 

@@ -1,14 +1,14 @@
 // The seesaw engine (decode_tile_seesaw): 64-row tiles of 16-bit KV.
-// Part of the tensor-core kernel; tensorcore_kernel.cuh describes the
-// design and includes every part. Built by nvcc and, inlined into one
-// text, by NVRTC, so it includes only its sibling parts.
-// Device code: tensorcore_kernel.cuh includes it under __CUDACC__.
+// Part of the tensor-core kernel, whose design tensorcore_kernel.cuh
+// describes. Built by nvcc and, inlined into one text, by NVRTC, so it
+// includes only its sibling parts.
+// Device code, reached from tensorcore_kernel.cuh under __CUDACC__.
 #pragma once
 
-#include "cuda/tensorcore/config.cuh"
+#include "cuda/tensorcore/item_rows.cuh"
+#include "cuda/tensorcore/layouts.cuh"
 #include "cuda/tensorcore/primitives.cuh"
 #include "cuda/tensorcore/wgmma_16bit.cuh"
-#include "cuda/tensorcore/item_rows.cuh"
 
 namespace helixmla_tc {
 

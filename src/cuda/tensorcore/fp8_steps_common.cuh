@@ -2,25 +2,24 @@
 // fp8 conversions, barriers with a vote, row lookups, P's parts and
 // stores, the reference moves, S's descriptors, Q's loads, V^T's
 // fragments and the output stores.
-// Part of the tensor-core kernel; tensorcore_kernel.cuh describes the
-// design and includes every part. Built by nvcc and, inlined into one
-// text, by NVRTC, so it includes only its sibling parts.
-// Device code: tensorcore_kernel.cuh includes it under __CUDACC__.
+// Part of the tensor-core kernel, whose design tensorcore_kernel.cuh
+// describes. Built by nvcc and, inlined into one text, by NVRTC, so it
+// includes only its sibling parts.
+// Device code, reached from tensorcore_kernel.cuh under __CUDACC__.
 #pragma once
 
-#include "cuda/tensorcore/config.cuh"
-#include "cuda/tensorcore/primitives.cuh"
-#include "cuda/tensorcore/wgmma_fp8.cuh"
 #include "cuda/tensorcore/item_rows.cuh"
+#include "cuda/tensorcore/primitives.cuh"
 
 namespace helixmla_tc {
 
 // Byte c of row r in a 128-byte-swizzled block, and in a 64-byte-swizzled
 // one. swizzle128 is swizzled's pattern at byte grain, written out: built
-// on swizzled, the engine's kernels took ~50 more instructions (session 29).
+// on swizzled, the 16-row fp8-steps engine's kernels took ~50 more
+// instructions (session 29).
 __device__ __forceinline__ int swizzle128(int r, int c) { return r * 128 + ((((c >> 4) ^ r) & 7) << 4) + (c & 15); }
 __device__ __forceinline__ int swizzle64(int r, int c) { return r * 64 + ((((c >> 4) ^ (r >> 1)) & 3) << 4) + (c & 15); }
-// K-major descriptors of this engine's operands: 8-row strides of 1024
+// K-major descriptors of the fp8-steps engines' operands: 8-row strides of 1024
 // bytes (128-byte swizzle) and 512 (64-byte swizzle, the rope blocks).
 __device__ __forceinline__ u64 smem_desc_sw128(u32 addr) { return smem_desc_at<1>(addr, 16, 1024); }
 __device__ __forceinline__ u64 smem_desc_sw64(u32 addr) { return smem_desc_at<2>(addr, 16, 512); }
@@ -92,7 +91,6 @@ __device__ __forceinline__ bool barrier_any(int id, bool p) {
   return r != 0;
 }
 
-// The fp8-steps engines' shared pieces.
 // Where the fp8-steps engines' copies find a tile's rows in the pool. Lane
 // l of a warp copying rows 16 w .. 16 w + 15 looks up the page of row
 // 16 w + (l & 15) when a refill is decided, a stage's work before the copy

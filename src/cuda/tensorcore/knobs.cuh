@@ -1,7 +1,9 @@
-// The kernel's A/B knobs (HELIXMLA_TC_*): each default, and what chose it.
-// Part of the tensor-core kernel; tensorcore_kernel.cuh describes the
-// design and includes every part. Built by nvcc and, inlined into one
-// text, by NVRTC, so it includes only its sibling parts.
+// The kernel's A/B knobs (HELIXMLA_TC_*), each default and what chose it;
+// the 48-row fp8-steps engine keeps its one knob beside it
+// (decode_tile_fp8_steps_split_latents.cuh).
+// Part of the tensor-core kernel, whose design tensorcore_kernel.cuh
+// describes. Built by nvcc and, inlined into one text, by NVRTC, so it
+// includes only its sibling parts.
 #pragma once
 
 // k16 steps of S per warpgroup that take Q from registers (Config::

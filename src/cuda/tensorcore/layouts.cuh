@@ -1,7 +1,7 @@
 // Shared-memory maps of the engines that keep their own (seesaw, fp8-steps).
-// Part of the tensor-core kernel; tensorcore_kernel.cuh describes the
-// design and includes every part. Built by nvcc and, inlined into one
-// text, by NVRTC, so it includes only its sibling parts.
+// Part of the tensor-core kernel, whose design tensorcore_kernel.cuh
+// describes. Built by nvcc and, inlined into one text, by NVRTC, so it
+// includes only its sibling parts.
 #pragma once
 
 #include "cuda/tensorcore/params.cuh"

@@ -1,8 +1,9 @@
 // What the host and the kernel share: element, KV and engine kinds, the
-// block's fixed sizes, a work item, the parameter block, the tensor map.
-// Part of the tensor-core kernel; tensorcore_kernel.cuh describes the
-// design and includes every part. Built by nvcc and, inlined into one
-// text, by NVRTC, so it includes only its sibling parts.
+// block's fixed sizes, the producer build's named barriers and register
+// split, a work item, the parameter block, the tensor map.
+// Part of the tensor-core kernel, whose design tensorcore_kernel.cuh
+// describes. Built by nvcc and, inlined into one text, by NVRTC, so it
+// includes only its sibling parts.
 #pragma once
 
 namespace helixmla_tc {
@@ -13,7 +14,7 @@ enum KvKind { kKvSameAsQ = 0, kKvFp8 = 1 };
 // kEngineSeesaw: wgmma in FlashMLA's layout (decode_tile_seesaw.cuh),
 // 64-row tiles of 16-bit KV. kEngineFp8Steps: wgmma with e4m3 operands,
 // tokens as M, 16-row tiles of fp8 KV (decode_tile_fp8_steps.cuh) and
-// 48-row ones (decode_tile_fp8_steps_split_latents).
+// 48-row ones (decode_tile_fp8_steps_split_latents.cuh).
 enum EngineKind { kEngineMmaSync = 0, kEngineWgmma = 1, kEngineSeesaw = 2, kEngineFp8Steps = 3 };
 
 constexpr int kThreads = 256;  // the matrix warpgroups' threads (every thread but a producer's)

@@ -1,10 +1,11 @@
-// Device primitives every engine uses: swizzles, copies, ldmatrix and
-// mma.sync, conversions, the exp2 reference rules, wgmma fences and
-// descriptors, named barriers, register moves, mbarriers and TMA.
-// Part of the tensor-core kernel; tensorcore_kernel.cuh describes the
-// design and includes every part. Built by nvcc and, inlined into one
-// text, by NVRTC, so it includes only its sibling parts.
-// Device code: tensorcore_kernel.cuh includes it under __CUDACC__.
+// Device primitives the engines share: the u32/u16/u64 types, shared
+// addresses and swizzles, copies, ldmatrix/stmatrix and mma.sync,
+// conversions, the exp2 reference rules, wgmma fences and descriptors,
+// named barriers, setmaxnreg and register pins, mbarriers and TMA, launder.
+// Part of the tensor-core kernel, whose design tensorcore_kernel.cuh
+// describes. Built by nvcc and, inlined into one text, by NVRTC, so it
+// includes only its sibling parts.
+// Device code, reached from tensorcore_kernel.cuh under __CUDACC__.
 #pragma once
 
 #include "cuda/tensorcore/knobs.cuh"

@@ -1,9 +1,9 @@
 // 16-bit wgmma forms (m64n32k16, m64n64k16, m64n256k16) and the rescale
 // of an m64n256 accumulator.
-// Part of the tensor-core kernel; tensorcore_kernel.cuh describes the
-// design and includes every part. Built by nvcc and, inlined into one
-// text, by NVRTC, so it includes only its sibling parts.
-// Device code: tensorcore_kernel.cuh includes it under __CUDACC__.
+// Part of the tensor-core kernel, whose design tensorcore_kernel.cuh
+// describes. Built by nvcc and, inlined into one text, by NVRTC, so it
+// includes only its sibling parts.
+// Device code, reached from tensorcore_kernel.cuh under __CUDACC__.
 #pragma once
 
 #include "cuda/tensorcore/primitives.cuh"

@@ -1,9 +1,9 @@
 // fp8 wgmma forms: S^T's e4m3 steps from shared memory and P V's steps
 // with V^T from registers.
-// Part of the tensor-core kernel; tensorcore_kernel.cuh describes the
-// design and includes every part. Built by nvcc and, inlined into one
-// text, by NVRTC, so it includes only its sibling parts.
-// Device code: tensorcore_kernel.cuh includes it under __CUDACC__.
+// Part of the tensor-core kernel, whose design tensorcore_kernel.cuh
+// describes. Built by nvcc and, inlined into one text, by NVRTC, so it
+// includes only its sibling parts.
+// Device code, reached from tensorcore_kernel.cuh under __CUDACC__.
 #pragma once
 
 #include "cuda/tensorcore/primitives.cuh"
