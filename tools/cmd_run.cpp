@@ -16,7 +16,7 @@
 #include "compare.hpp"
 #include "helix_run.hpp"
 #include "helixmla/runtime.hpp"
-#include "naive_attention.hpp"
+#include "parallel_naive_attention.hpp"
 #include "problem_flags.hpp"
 
 #if defined(HELIXMLA_WITH_CUDA)
@@ -72,7 +72,10 @@ struct LayerCheck {
 };
 
 LayerCheck check_layer(testing::SyntheticBatch& batch) {
-  const testing::NaiveResult expected = testing::naive_attention(batch.problem());
+  // The plain float64 code cut over the cores (a unit test holds it equal
+  // to the one-thread form bit for bit): the check, not the run, took most
+  // of a large CPU run's time.
+  const testing::NaiveResult expected = testing::parallel_naive_attention(batch.problem());
   LayerCheck c;
   c.error = testing::compare(batch.out_.data(), batch.spec().q_dtype, expected.out);
   if (batch.spec().stats) c.stats_error = testing::compare_stats(batch.stats_, expected.stats);
@@ -81,8 +84,41 @@ LayerCheck check_layer(testing::SyntheticBatch& batch) {
   return c;
 }
 
+// Phase lines on stderr for a batch whose set-up and check take seconds on
+// the CPU (a million KV positions of 48 heads took two minutes before the
+// table appeared): what is being done, so a long run does not look hung.
+class Progress {
+ public:
+  explicit Progress(const testing::BatchSpec& spec) {
+    std::int64_t positions = static_cast<std::int64_t>(spec.contexts) * spec.context_len;
+    for (std::int32_t g = 0; g < spec.generations; ++g) {
+      positions += spec.kv_len[static_cast<std::size_t>(g) % spec.kv_len.size()];
+    }
+    positions_ = positions;
+    loud_ = positions * spec.heads >= kLoudHeadPositions;
+  }
+  void phase(const std::string& what) const {
+    if (!loud_) return;
+    std::cerr << fmt::format("run: {} [{:.1f} s]\n", what, seconds()) << std::flush;
+  }
+  std::int64_t positions() const { return positions_; }
+
+ private:
+  static constexpr std::int64_t kLoudHeadPositions = std::int64_t{1} << 24;
+  double seconds() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::int64_t positions_ = 0;
+  bool loud_ = false;
+};
+
 int run_single(const RunFlags& flags) {
-  testing::SyntheticBatch batch(to_batch_spec(flags.problem));
+  const testing::BatchSpec spec = to_batch_spec(flags.problem);
+  const Progress progress(spec);
+  progress.phase(fmt::format("building the batch ({} layer(s), {} KV positions of {} heads)", flags.layers,
+                             progress.positions(), spec.heads));
+  testing::SyntheticBatch batch(spec);
   // --layers: the step's other layers, run through the first layer's
   // prepared run (the engine's flow: prepare once a step, enqueue a layer).
   std::vector<testing::SyntheticBatch> more_layers;
@@ -131,10 +167,12 @@ int run_single(const RunFlags& flags) {
     const Problem problem = batch.problem();
     backend = describe_choice(runtime.select(problem));
     auto run = runtime.prepare(problem, {}, nullptr);
+    progress.phase(fmt::format("running {} time(s) on {}", flags.repeat, backend));
+    // Every timed run writes the whole output, so the last one is what the
+    // check reads: poisoned before the first, no extra run.
+    batch.poison_outputs();
     time_us = time_host(*run, flags.repeat);
     isolated_us = time_us;
-    batch.poison_outputs();
-    run->enqueue(nullptr);
     for (testing::SyntheticBatch& layer : more_layers) {
       layer.poison_outputs();
       run->enqueue(layer_tensors(layer.problem()), nullptr);
@@ -142,6 +180,7 @@ int run_single(const RunFlags& flags) {
   }
 
   // Every layer must pass; the worst one is reported.
+  progress.phase("checking against the float64 reference");
   LayerCheck worst = check_layer(batch);
   bool pass = worst.pass;
   for (testing::SyntheticBatch& layer : more_layers) {
@@ -174,7 +213,8 @@ int run_single(const RunFlags& flags) {
     std::cout << fmt::format("helixmla run: {} heads, {} generations x q_len {}, {} contexts, page {}, kv {} on {}{}\n",
                              spec.heads, spec.generations, spec.q_len, spec.contexts, spec.page_size,
                              to_string(spec.kv_dtype), on_device ? "the GPU" : "the CPU",
-                             flags.layers > 1 ? fmt::format(", {} layers through one prepared run (errors: the worst layer)",
+                             flags.layers > 1 ? fmt::format(", {} layers through one prepared run (time: the first layer's; errors: "
+                                                            "the worst layer's)",
                                                             flags.layers)
                                               : "");
     std::cout << fmt::format("{:<40} {:>12} {:>12} {:>12} {:>12}{}\n", "backend", "time_us", "isolated_us",
@@ -214,15 +254,25 @@ void add_run_command(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(1, 100000));
   cmd->add_flag("--json", flags->json, "Print one JSON object instead of the table");
   add_helix_flags(*cmd, flags->helix);
-  cmd->callback([flags] {
+  cmd->callback([flags, cmd] {
     require_known_backend(flags->problem.backend, builtin_backends(), "this build");
     flags->helix.repeat = flags->repeat;
-    if (flags->layers > 1 && (flags->cp > 1 || !flags->devices.empty())) {
+    const bool helix = flags->cp > 1 || !flags->devices.empty();
+    if (flags->layers > 1 && helix) {
       throw CLI::ValidationError("--layers", "runs one GPU's batch; it does not combine with --cp or --devices");
     }
-    const int code = flags->cp > 1 || !flags->devices.empty()
-                         ? run_helix_command(flags->problem, flags->cp, flags->devices, flags->json, flags->helix)
-                         : run_single(*flags);
+    // A flag that would change nothing is refused rather than dropped: the
+    // user asked for something this run would not do.
+    if (!helix) {
+      for (const char* name : {"--exchange", "--no-graphs", "--no-baseline"}) {
+        if (cmd->count(name) > 0) throw CLI::ValidationError(name, "applies to Helix runs only (--cp > 1 or --devices)");
+      }
+    } else if (flags->problem.stats) {
+      throw CLI::ValidationError("--stats", "a Helix run combines its ranks' statistics into the output it checks; "
+                                            "statistics are reported and judged without --cp and --devices");
+    }
+    const int code = helix ? run_helix_command(flags->problem, flags->cp, flags->devices, flags->json, flags->helix)
+                           : run_single(*flags);
     if (code != 0) throw CLI::RuntimeError(code);
   });
 }

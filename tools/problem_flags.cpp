@@ -44,7 +44,8 @@ void add_problem_flags(CLI::App& app, ProblemFlags& flags) {
                Repeats::allowed);
   app.add_option("--page-size", flags.page_size, "Tokens per KV-cache page (any integer >= 1)")
       ->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  app.add_option("--kv-dtype", flags.kv_dtype, "KV-cache element type (bf16, fp16, fp8)")
+  app.add_option("--kv-dtype", flags.kv_dtype,
+                 "KV-cache element type (bf16, fp16, fp8); Q and the output are fp16 with fp16 KV, bf16 otherwise")
       ->capture_default_str()->check(
           [](const std::string& name) {
             const std::string complaint = kv_dtype_complaint(name);
@@ -112,6 +113,11 @@ testing::BatchSpec to_batch_spec(const ProblemFlags& flags, bool allocate_tensor
   spec.generations = flags.batch;
   spec.q_len = flags.q_len;
   spec.kv_len = flags.kv_len;
+  if (flags.batch > 0 && flags.kv_len.size() > static_cast<std::size_t>(flags.batch)) {
+    throw CLI::ValidationError("--kv-len", fmt::format("{} lengths for --batch {}: the lengths past the batch's "
+                                                       "requests would go unused",
+                                                       flags.kv_len.size(), flags.batch));
+  }
   for (std::size_t i = 0; i < flags.kv_len.size() && flags.batch > 0; ++i) {
     if (flags.kv_len[i] < flags.q_len) {
       throw CLI::ValidationError("--kv-len", "value " + std::to_string(flags.kv_len[i]) + " at index " +

@@ -54,6 +54,11 @@ Arch arch_from_compute_capability(int major, int minor) {
 Environment Environment::detect() {
   Environment env;
   env.built_backends.insert("cpu");
+  // Read even where there is no device to choose (no GPU, a CPU-only
+  // build), so a malformed value is reported instead of silently unused.
+  const char* chosen = std::getenv("HELIXMLA_DEVICE");
+  if (chosen != nullptr && *chosen == '\0') chosen = nullptr;
+  if (chosen != nullptr) parse_env_integer("HELIXMLA_DEVICE", chosen, 0);
 #if defined(HELIXMLA_WITH_CUDA)
   env.built_backends.insert("cuda_generic");
   env.built_backends.insert("cuda_tensorcore");
@@ -65,9 +70,7 @@ Environment Environment::detect() {
     return env;
   }
   env.device_count = count;
-  if (const char* chosen = std::getenv("HELIXMLA_DEVICE"); chosen != nullptr && *chosen != '\0') {
-    env.device = static_cast<int>(parse_env_integer("HELIXMLA_DEVICE", chosen, 0, count - 1));
-  }
+  if (chosen != nullptr) env.device = static_cast<int>(parse_env_integer("HELIXMLA_DEVICE", chosen, 0, count - 1));
   cudaDeviceProp prop{};
   if (cudaGetDeviceProperties(&prop, env.device) == cudaSuccess) {
     env.arch = arch_from_compute_capability(prop.major, prop.minor);

@@ -23,9 +23,11 @@ const std::string& cli() {
   return path;
 }
 
-Outcome helixmla(const std::string& args) {
+// `helixmla args`, with `assignment` (NAME=VALUE, or empty) in its environment.
+Outcome helixmla_with_env(const std::string& assignment, const std::string& args) {
   Outcome outcome;
-  FILE* pipe = popen((cli() + " " + args + " 2>&1").c_str(), "r");
+  const std::string command = (assignment.empty() ? "" : "env " + assignment + " ") + cli() + " " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
   if (!pipe) return outcome;
   std::array<char, 4096> buffer{};
   while (const std::size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe)) outcome.output.append(buffer.data(), n);
@@ -33,6 +35,8 @@ Outcome helixmla(const std::string& args) {
   outcome.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return outcome;
 }
+
+Outcome helixmla(const std::string& args) { return helixmla_with_env("", args); }
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
@@ -202,6 +206,29 @@ TEST_F(Cli, RunChecksTheStatsItWasAskedFor) {
   o = helixmla("run --backend cpu --heads 8 --kv-len 100 --batch 2 --repeat 1 --json");
   EXPECT_EQ(o.code, 0) << o.output;
   EXPECT_FALSE(has(o.output, "stats_ok")) << o.output;
+}
+
+// A flag that would change nothing in this run is refused, not dropped:
+// Helix-only flags without Helix, --stats under Helix (the ranks' statistics
+// are combined into the checked output), lengths past the batch.
+TEST_F(Cli, RunRefusesFlagsItWouldIgnore) {
+  for (const char* flag : {"--exchange nccl", "--no-graphs", "--no-baseline"}) {
+    expect_refused(std::string("run --backend cpu --heads 8 --kv-len 64 --batch 1 ") + flag,
+                   "applies to Helix runs only");
+  }
+  expect_refused("run --backend cpu --cp 2 --stats --heads 8 --kv-len 64 --batch 1", "--stats: a Helix run");
+  expect_refused("run --backend cpu --heads 8 --kv-len 2048,64,1 --batch 1",
+                 "--kv-len: 3 lengths for --batch 1");
+  const Outcome o = helixmla("run --backend cpu --cp 2 --no-graphs --heads 8 --kv-len 64 --batch 1 --repeat 1");
+  EXPECT_EQ(o.code, 0) << o.output;
+}
+
+// HELIXMLA_DEVICE is read on every machine: a value that is no device index
+// is an error naming the variable even where there is no GPU to choose.
+TEST_F(Cli, AMalformedDeviceVariableIsRefused) {
+  const Outcome o = helixmla_with_env("HELIXMLA_DEVICE=abc", "run --backend cpu --heads 8 --kv-len 64 --batch 1");
+  EXPECT_EQ(o.code, 2) << o.output;
+  EXPECT_TRUE(has(o.output, "HELIXMLA_DEVICE")) << o.output;
 }
 
 // Both timings `bench` reports: the queued median as time_us, the isolated
