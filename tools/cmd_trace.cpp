@@ -209,6 +209,9 @@ void add_trace_command(CLI::App& app) {
       throw CLI::ValidationError("--contexts", "trace runs decode steps: generations only");
     }
     if (flags->problem.batch < 1) throw CLI::ValidationError("--batch", "trace needs at least one generation");
+    if (flags->problem.backend == "cpu") {
+      throw CLI::ValidationError("--backend", "trace times runs on the GPU; cpu is not a GPU backend");
+    }
     const std::int32_t shortest = *std::min_element(flags->problem.kv_len.begin(), flags->problem.kv_len.end());
     if (shortest < flags->problem.q_len) {
       throw CLI::ValidationError("--kv-len", "the shortest length " + std::to_string(shortest) +

@@ -307,6 +307,7 @@ TEST_F(Cli, BenchRejectsCasesTheSuiteLacksAndRepeatedIds) {
 
 // Its flags are checked before it looks for a GPU (CI has none).
 TEST_F(Cli, TraceChecksItsFlagsBeforeWorking) {
+  expect_refused("trace --backend cpu --steps 2", "--backend: trace times runs on the GPU");
   expect_refused("trace --contexts 1", "--contexts");
   expect_refused("trace --batch 0", "--batch");
   expect_refused("trace --steps 0", "--steps");
