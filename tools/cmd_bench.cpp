@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <iostream>
-#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,7 +17,9 @@
 #include "comma_list.hpp"
 #include "commands.hpp"
 #include "helixmla/error.hpp"
+#include "helixmla/runtime.hpp"
 #include "output_file.hpp"
+#include "problem_flags.hpp"
 
 #if defined(HELIXMLA_WITH_CUDA)
 #include "bench_case_runner.hpp"
@@ -86,7 +87,9 @@ std::vector<BenchCase> selected_cases(const BenchFlags& flags) {
 }
 
 int run_bench(const BenchFlags& flags) {
+  // Bad flags are reported as such on any machine, before the GPU is looked for.
   const std::vector<BenchCase> cases = selected_cases(flags);
+  require_known_backend(flags.backend, builtin_backends(), "this build");
   if (!flags.json_path.empty()) require_writable_file(flags.json_path, "--json");
   if (!flags.plot_path.empty()) require_writable_file(flags.plot_path, "--plot");
 #if defined(HELIXMLA_WITH_CUDA)
@@ -166,16 +169,21 @@ int run_bench(const BenchFlags& flags) {
 
 void add_bench_command(CLI::App& app) {
   auto flags = std::make_shared<BenchFlags>();
-  CLI::App* cmd = app.add_subcommand("bench", "Time a benchmark suite on the GPU (DESIGN §7) and check every case");
+  CLI::App* cmd = app.add_subcommand(
+      "bench", "Time a benchmark suite on this machine's CUDA GPU (one is needed; DESIGN §7) and check every case");
   cmd->add_option("--suite", flags->suite, "Suite CSV (case,heads,q_len,batch,kv_len,page_size,kv_dtype,note)")
-      ->capture_default_str();
-  add_int_list(*cmd, "--cases", flags->cases, std::numeric_limits<int>::min(), std::numeric_limits<int>::max(),
-               "Only these case ids, e.g. 1,4,8");
+      ->capture_default_str()
+      ->check(unreadable_file_complaint);
+  // The ids a suite may hold (load_suite).
+  add_int_list(*cmd, "--cases", flags->cases, 1, 1 << 30, "Only these case ids, e.g. 1,4,8");
   cmd->add_option("--backend", flags->backend, "Force a backend instead of the selector's choice");
   cmd->add_option("--iterations", flags->iterations, "Timed iterations per case (median reported)")
       ->capture_default_str()->check(CLI::Range(1, 100000));
-  cmd->add_flag("!--no-graphs", flags->graphs, "Launch directly instead of replaying CUDA graphs");
-  cmd->add_flag("!--no-verify", flags->verify, "Skip the check against the float64 reference");
+  // Callbacks rather than CLI11's "!" negation, which the help would show as "--no-graphs{false}".
+  cmd->add_flag_callback("--no-graphs", [flags] { flags->graphs = false; },
+                         "Launch directly instead of replaying CUDA graphs");
+  cmd->add_flag_callback("--no-verify", [flags] { flags->verify = false; },
+                         "Skip the check against the float64 reference");
   cmd->add_flag("--gather", flags->gather,
                 "Also time a plain read of each case's KV rows through its page tables (the gather ceiling)");
   cmd->add_flag("--host", flags->host,

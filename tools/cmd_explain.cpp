@@ -40,10 +40,25 @@ struct PhaseVerdict {
 
 std::string phase_name(PhaseKind kind) { return kind == PhaseKind::context ? "context" : "generation"; }
 
-Environment explained_machine(const std::string& arch_flag) {
+// This machine, or the one --arch names. Without --arch, a profile that does
+// not cover this machine (a laptop with no GPU, say) would only report every
+// backend unavailable, so its first architecture is explained instead, said
+// on stderr to keep --json parseable.
+Environment explained_machine(const std::string& arch_flag, const std::optional<Profile>& profile) {
   Environment env = Environment::detect();
-  if (arch_flag.empty()) return env;
-  const Arch arch = *parse_arch(arch_flag);
+  Arch arch = env.arch;
+  if (!arch_flag.empty()) {
+    arch = *parse_arch(arch_flag);
+  } else if (profile && std::find(profile->archs.begin(), profile->archs.end(), env.arch) == profile->archs.end()) {
+    arch = profile->archs.front();
+    std::string covered;
+    for (Arch a : profile->archs) covered += (covered.empty() ? "" : ", ") + std::string(to_string(a));
+    const std::string machine =
+        env.has_gpu() ? fmt::format("is {}, which it does not cover", to_string(env.arch)) : "has no GPU";
+    std::cerr << fmt::format("explain: assuming {} for profile {} (it covers {}): this machine {}; pass --arch to "
+                             "choose\n",
+                             to_string(arch), profile->name, covered, machine);
+  }
   if (arch != env.arch) {
     // A machine described, not this one: same build, GPU present, NVRTC installed.
     env.arch = arch;
@@ -86,16 +101,17 @@ nlohmann::json phase_json(const PhaseVerdict& v) {
 }
 
 void explain(const ExplainFlags& flags) {
-  const Environment env = explained_machine(flags.arch);
+  std::optional<Profile> profile;
+  if (!flags.profile.empty()) profile = load_profile(flags.profile);
+  const Environment env = explained_machine(flags.arch, profile);
   std::vector<BackendPtr> backends;
   std::string source = "built-in backends";
   std::vector<PhaseKind> scope = {PhaseKind::context, PhaseKind::generation};
-  if (!flags.profile.empty()) {
-    Profile profile = load_profile(flags.profile);
-    scope = profile.phases;
-    source = fmt::format("profile {} ({})", profile.name, profile.origin);
-    require_known_backend(flags.problem.backend, profile.backends, "profile " + profile.name);
-    backends = std::move(profile.backends);
+  if (profile) {
+    scope = profile->phases;
+    source = fmt::format("profile {} ({})", profile->name, profile->origin);
+    require_known_backend(flags.problem.backend, profile->backends, "profile " + profile->name);
+    backends = std::move(profile->backends);
   } else {
     backends = builtin_backends();
     require_known_backend(flags.problem.backend, backends, "this build");
@@ -167,7 +183,8 @@ void add_explain_command(CLI::App& app) {
   add_problem_flags(*cmd, flags->problem);
   cmd->add_option("--arch", flags->arch,
                   "GPU architecture to explain for (none, sm80, sm86, sm89, sm90, sm100, sm103, sm120); default: this "
-                  "machine's. Another architecture describes a machine with this build's backends and NVRTC")
+                  "machine's, or with --profile the profile's first architecture when it does not cover this "
+                  "machine. Another architecture describes a machine with this build's backends and NVRTC")
       ->check([](const std::string& value) {
         return parse_arch(value) ? std::string() : "unknown architecture " + value;
       });
@@ -176,7 +193,8 @@ void add_explain_command(CLI::App& app) {
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--profile", flags->profile,
                   "Explain with a profile's described backends (a name such as trtllm, or a .json path) instead "
-                  "of the built-in ones");
+                  "of the built-in ones; its scope sets the phases explained, and the architecture when it does "
+                  "not cover this machine's");
   cmd->add_option("--perf-table", flags->perf_table,
                   "Measured performance table (JSON) to choose among capable backends; default "
                   "$HELIXMLA_PERF_TABLE for built-in backends");

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -34,6 +35,7 @@ struct SweepFlags {
   std::vector<std::string> archs;
   std::string out = "sweep-out";
   bool json = false;
+  bool list_all = false;
   bool execute = false;
   double max_seconds = 540.0;
 };
@@ -56,9 +58,20 @@ std::string space_summary(const SweepSpace& s) {
                      s.q_lens.front(), s.q_lens.back(), pages, dtypes, helix, batches);
 }
 
-void print_issue(std::ostream& out, const SweepIssue& issue) {
-  out << "  " << to_string(issue.arch) << " " << describe(issue.shape) << "\n";
-  for (const Candidate& c : issue.candidates) out << "      " << c.backend << ": " << c.reason << "\n";
+// A profile can leave tens of thousands of shapes unroutable: the first few
+// show the pattern without burying the summary; the rest are counted.
+constexpr std::size_t kIssuesListed = 20;
+
+void print_issues(std::ostream& out, const std::vector<SweepIssue>& issues, bool all) {
+  const std::size_t listed = all ? issues.size() : std::min(issues.size(), kIssuesListed);
+  for (std::size_t i = 0; i < listed; ++i) {
+    out << "  " << to_string(issues[i].arch) << " " << describe(issues[i].shape) << "\n";
+    for (const Candidate& c : issues[i].candidates) out << "      " << c.backend << ": " << c.reason << "\n";
+  }
+  if (listed < issues.size()) {
+    out << fmt::format("  ... and {} more (--list-all prints them all; --json lists them all as JSON)\n",
+                       issues.size() - listed);
+  }
 }
 
 nlohmann::json issues_json(const std::vector<SweepIssue>& issues) {
@@ -115,15 +128,24 @@ void run_sweep(const SweepFlags& flags) {
   }
   std::cerr << fmt::format("sweep: {} over {} architecture(s): {}\n", source, space.archs.size(),
                            space_summary(space));
+  // A sweep of a second or two needs no progress; a longer one reports every
+  // two seconds and, having started to, ends at 100%.
+  using Clock = std::chrono::steady_clock;
+  constexpr auto kProgressEvery = std::chrono::seconds(2);
+  Clock::time_point next_report = Clock::now() + kProgressEvery;
+  int last_reported = -1;
   SweepHooks hooks;
-  int last_percent = -1;
   hooks.progress = [&](Arch arch, double done) {
-    const int percent = static_cast<int>(done * 100.0);
-    if (percent == last_percent) return;
-    last_percent = percent;
-    std::cerr << fmt::format("sweep: {:>3}% ({})\n", percent, to_string(arch));
+    const Clock::time_point now = Clock::now();
+    if (now < next_report) return;
+    next_report = now + kProgressEvery;
+    last_reported = static_cast<int>(done * 100.0);
+    std::cerr << fmt::format("sweep: {:>3}% ({})\n", last_reported, to_string(arch));
   };
   const SweepResult result = sweep(backends, space, hooks);
+  if (last_reported >= 0 && last_reported < 100) {
+    std::cerr << fmt::format("sweep: 100% ({})\n", to_string(result.archs.back().arch));
+  }
 
   std::vector<std::string> pictures;
   for (const SweepArch& arch : result.archs) {
@@ -165,10 +187,10 @@ void run_sweep(const SweepFlags& flags) {
       text << fmt::format(" {:>10}\n", a.unroutable_points);
     }
     text << fmt::format("\nshapes no backend can run: {}\n", result.unroutable.size());
-    for (const SweepIssue& issue : result.unroutable) print_issue(text, issue);
+    print_issues(text, result.unroutable, flags.list_all);
     if (!result.fails_at_run.empty()) {
       text << fmt::format("\nshapes whose chosen backend fails at run time: {}\n", result.fails_at_run.size());
-      for (const SweepIssue& issue : result.fails_at_run) print_issue(text, issue);
+      print_issues(text, result.fails_at_run, flags.list_all);
     }
     text << "\npictures:";
     for (const std::string& p : pictures) text << " " << p;
@@ -184,10 +206,10 @@ void add_sweep_command(CLI::App& app) {
   auto flags = std::make_shared<SweepFlags>();
   CLI::App* cmd = app.add_subcommand(
       "sweep",
-      "Run every shape of the supported space (heads 1..128, q_len 1..16, page sizes 1..256 and 3, 48, 96, KV "
-      "bf16/fp16/fp8, Helix off and on, plain and mixed batches) through the selector on each architecture. "
-      "Prints the selections each backend wins and every shape no backend can run; exit 0 when there is none, 1 "
-      "otherwise, 2 for bad flags.");
+      "Run every shape of the supported space (" + space_summary(SweepSpace()) +
+          ") through the selector on each architecture. Prints the selections each backend wins and the shapes "
+          "no backend can run (the first " + std::to_string(kIssuesListed) +
+          " unless --list-all); exit 0 when there is none, 1 otherwise, 2 for bad flags.");
   cmd->add_option("--profile", flags->profile,
                   "Sweep a profile's described backends (a name such as trtllm, or a .json path); its scope sets "
                   "the default architectures and phases");
@@ -196,7 +218,9 @@ void add_sweep_command(CLI::App& app) {
       [](const std::string& value) { return parse_arch(value) ? std::string() : "unknown architecture"; },
       "Architectures to sweep, comma-separated; default: all (or the profile's)");
   cmd->add_option("--out", flags->out, "Directory for one SVG per architecture")->capture_default_str();
-  cmd->add_flag("--json", flags->json, "Print the result as JSON");
+  cmd->add_flag("--json", flags->json, "Print the result as JSON (every unroutable shape included)");
+  cmd->add_flag("--list-all", flags->list_all,
+                "List every shape no backend can run, not only the first " + std::to_string(kIssuesListed));
   cmd->add_flag("--execute", flags->execute,
                 "On this GPU, run one cell of every combination the CUDA backends claim (backend, kernel, page-size "
                 "class, KV dtype, q_len class, phase, Helix) and compare it with the float64 reference");

@@ -10,6 +10,8 @@
 #include "bench_suite.hpp"
 #include "comma_list.hpp"
 #include "commands.hpp"
+#include "helixmla/environment.hpp"
+#include "helixmla/error.hpp"
 #include "helixmla/perf_table.hpp"
 #include "helixmla/planner.hpp"
 #include "output_file.hpp"
@@ -69,15 +71,18 @@ PhaseShape generation_shape(const BenchCase& c) {
 #endif
 
 int run_tune(const TuneFlags& flags) {
+  // Bad flags are reported as such on any machine, before the GPU is looked for.
+  const std::vector<BenchCase> grid = tuning_grid(flags);
+  if (!flags.out.empty()) require_writable_file(flags.out, "--out");
 #if defined(HELIXMLA_WITH_CUDA)
+  if (!Environment::detect().has_gpu()) throw RuntimeFailure("tune needs a CUDA GPU: none found");
   CaseRunner runner;
   const Environment& env = runner.environment();
   const std::string out = flags.out.empty()
                               ? std::string(HELIXMLA_SOURCE_DIR) + "/data/perf/" + std::string(to_string(env.arch)) + ".json"
                               : flags.out;
-  require_writable_file(out, "--out");
+  if (flags.out.empty()) require_writable_file(out, "--out");
   const Selector selector(builtin_backends(), env);
-  const std::vector<BenchCase> grid = tuning_grid(flags);
   PerfTable table;
   std::size_t done = 0;
   for (const BenchCase& c : grid) {
@@ -100,7 +105,7 @@ int run_tune(const TuneFlags& flags) {
   std::cout << fmt::format("tune: wrote {} entries to {}\n", table.size(), out);
   return 0;
 #else
-  (void)flags;
+  (void)grid;
   std::cerr << "helixmla tune: this build has no CUDA backends to measure\n";
   return 1;
 #endif
@@ -110,9 +115,15 @@ int run_tune(const TuneFlags& flags) {
 
 void add_tune_command(CLI::App& app) {
   auto flags = std::make_shared<TuneFlags>();
-  CLI::App* cmd = app.add_subcommand("tune", "Measure the capable backends and write the selector's performance table");
-  cmd->add_option("--suite", flags->suite, "Suite CSV measured in addition to the grid")->capture_default_str();
-  cmd->add_option("--out", flags->out, "Table to write (default: data/perf/<arch>.json in the source tree)");
+  CLI::App* cmd = app.add_subcommand(
+      "tune", "Measure the capable backends on this machine's CUDA GPU (one is needed) and write the selector's "
+              "performance table");
+  cmd->add_option("--suite", flags->suite, "Suite CSV measured in addition to the grid")
+      ->capture_default_str()
+      ->check(unreadable_file_complaint);
+  cmd->add_option("--out", flags->out,
+                  "Table to write; default: data/perf/<arch>.json in the source tree, which overwrites the table "
+                  "shipped for this GPU's architecture");
   // The same ranges as `run`'s flags.
   add_int_list(*cmd, "--heads", flags->heads, 1, 128, "Grid: head counts");
   add_int_list(*cmd, "--q-lens", flags->q_lens, 1, 1 << 20, "Grid: q_len values");

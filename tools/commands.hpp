@@ -5,7 +5,17 @@
 
 #include <CLI/CLI.hpp>
 
+#include <fstream>
+#include <string>
+
 namespace helixmla::tools {
+
+// For input-file flags (--suite): a file that cannot be opened is refused
+// while the flags are read, like any other bad value; what is wrong inside
+// it (or that it is a directory) is the loader's to say.
+inline std::string unreadable_file_complaint(const std::string& path) {
+  return std::ifstream(path) ? std::string() : "'" + path + "' cannot be opened for reading";
+}
 
 void add_run_command(CLI::App& app);
 void add_explain_command(CLI::App& app);

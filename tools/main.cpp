@@ -12,6 +12,7 @@
 int main(int argc, char** argv) {
   CLI::App app{"helixmla: decode-time Multi-head Latent Attention over a paged KV cache"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("helixmla ") + HELIXMLA_VERSION);
   helixmla::tools::add_run_command(app);
   helixmla::tools::add_explain_command(app);
   helixmla::tools::add_sweep_command(app);
@@ -37,6 +38,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::RuntimeError& e) {
     return e.get_exit_code();  // a command finished with a verdict it already printed

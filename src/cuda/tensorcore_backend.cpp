@@ -121,7 +121,7 @@ class TensorcoreCatalog final : public KernelCatalog {
                          " needs a just-in-time kernel and NVRTC is unavailable");
     }
     if (chosen) *chosen = {variant.name(), false};
-    return Verdict::yes(variant.name() + " (just in time)");
+    return Verdict::yes(variant.name());  // the selector adds "(JIT)"
   }
 };
 

@@ -1,66 +1,44 @@
 // The `helixmla` program's verdicts: exit 0 for success, 1 for a failed run,
 // 2 for a bad flag value; run on the binary this build produced.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <string>
 #include <utility>
 
+#include "support/cli_runner.hpp"
+
 namespace {
 
-struct Outcome {
-  int code = -1;
-  std::string output;  // stdout and stderr together
-};
+using helixmla::testing::cli_path;
+using helixmla::testing::CliOutcome;
+using helixmla::testing::run_cli;
+bool has(const std::string& text, const std::string& part) { return helixmla::testing::contains(text, part); }
 
-const std::string& cli() {
-  static const std::string path = std::string(HELIXMLA_BINARY_DIR) + "/helixmla";
-  return path;
-}
-
-// `helixmla args`, with `assignment` (NAME=VALUE, or empty) in its environment.
-Outcome helixmla_with_env(const std::string& assignment, const std::string& args) {
-  Outcome outcome;
-  const std::string command = (assignment.empty() ? "" : "env " + assignment + " ") + cli() + " " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return outcome;
-  std::array<char, 4096> buffer{};
-  while (const std::size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe)) outcome.output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  outcome.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return outcome;
-}
-
-Outcome helixmla(const std::string& args) { return helixmla_with_env("", args); }
-
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+CliOutcome helixmla(const std::string& args) { return run_cli(args); }
 
 // `args` is a bad flag value: exit status 2 and a message containing `message`.
 void expect_refused(const std::string& args, const std::string& message) {
-  const Outcome o = helixmla(args);
-  EXPECT_EQ(o.code, 2) << args << ": " << o.output;
-  EXPECT_TRUE(has(o.output, message)) << args << ": " << o.output;
+  const CliOutcome o = helixmla(args);
+  EXPECT_EQ(o.code, 2) << args << ": " << o.both();
+  EXPECT_TRUE(has(o.both(), message)) << args << ": " << o.both();
 }
 
 class Cli : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!std::filesystem::exists(cli())) GTEST_SKIP() << cli() << " is not built";
+    if (!std::filesystem::exists(cli_path())) GTEST_SKIP() << cli_path() << " is not built";
   }
 };
 
 // `run --backend cpu` keeps its tensors in host memory on any machine, so
 // `explain` must describe the same shape (on a GPU build that claims sm90).
 TEST_F(Cli, ExplainWithTheCpuBackendDescribesHostTensors) {
-  const Outcome o = helixmla("explain --arch sm90 --backend cpu --heads 16 --kv-len 256 --batch 2 --json");
-  EXPECT_EQ(o.code, 0) << o.output;
-  EXPECT_TRUE(has(o.output, " host\"")) << o.output;
-  EXPECT_FALSE(has(o.output, " device\"")) << o.output;
+  const CliOutcome o = helixmla("explain --arch sm90 --backend cpu --heads 16 --kv-len 256 --batch 2 --json");
+  EXPECT_EQ(o.code, 0) << o.both();
+  EXPECT_TRUE(has(o.both(), " host\"")) << o.both();
+  EXPECT_FALSE(has(o.both(), " device\"")) << o.both();
 }
 
 TEST_F(Cli, AnUnknownBackendIsABadFlagValue) {
@@ -90,8 +68,15 @@ TEST_F(Cli, ListsRefuseRepeatedItems) {
   expect_refused("bench --cases 1,1", "--cases: entry 1 ('1') of '1,1' repeats an earlier entry");
   expect_refused("run --cp 2 --devices 0,0 --heads 16 --kv-len 64 --batch 1", "--devices");
   expect_refused("tune --heads 16 --heads 16", "--heads");
-  const Outcome o = helixmla("run --backend cpu --kv-len 64,64 --batch 2 --heads 4 --repeat 1");
-  EXPECT_EQ(o.code, 0) << o.output;
+  const CliOutcome o = helixmla("run --backend cpu --kv-len 64,64 --batch 2 --heads 4 --repeat 1");
+  EXPECT_EQ(o.code, 0) << o.both();
+}
+
+// --version answers with the project's version, not "A subcommand is required".
+TEST_F(Cli, VersionIsPrinted) {
+  const CliOutcome o = helixmla("--version");
+  EXPECT_EQ(o.code, 0) << o.both();
+  EXPECT_TRUE(has(o.both(), "helixmla 0.")) << o.both();
 }
 
 // A misspelt command is named, not reported as a missing one.
@@ -123,11 +108,11 @@ TEST_F(Cli, InputFilesAreReadWithinBounds) {
 TEST_F(Cli, SweepAndTuneCheckTheirFlagsBeforeWorking) {
   const std::filesystem::path file = std::filesystem::temp_directory_path() / "helixmla-not-a-folder";
   std::ofstream(file) << "x";
-  Outcome o = helixmla("sweep --arch sm90 --out " + file.string());
+  CliOutcome o = helixmla("sweep --arch sm90 --out " + file.string());
   std::filesystem::remove(file);
-  EXPECT_EQ(o.code, 2) << o.output;
-  EXPECT_TRUE(has(o.output, "--out")) << o.output;
-  EXPECT_FALSE(has(o.output, "sweep:")) << "rejected before sweeping: " << o.output;
+  EXPECT_EQ(o.code, 2) << o.both();
+  EXPECT_TRUE(has(o.both(), "--out")) << o.both();
+  EXPECT_FALSE(has(o.both(), "sweep:")) << "rejected before sweeping: " << o.both();
 
   for (const char* bad : {"--max-seconds 0", "--max-seconds nan", "--max-seconds -3"}) {
     expect_refused(std::string("sweep --execute ") + bad, "--max-seconds");
@@ -152,8 +137,8 @@ TEST_F(Cli, BatchesBeyondHostMemoryAreBadFlagValues) {
 TEST_F(Cli, SeedsAndCommaListsAreReadExactly) {
   expect_refused("explain --heads 16 --batch 2 --seed -1", "--seed: '-1' is not an integer");
   expect_refused("explain --heads 16 --batch 2 --seed 18446744073709551616", "--seed");  // one past 2^64 - 1
-  Outcome o = helixmla("explain --heads 16 --batch 2 --seed 18446744073709551615 --json");
-  EXPECT_EQ(o.code, 0) << o.output;
+  CliOutcome o = helixmla("explain --heads 16 --batch 2 --seed 18446744073709551615 --json");
+  EXPECT_EQ(o.code, 0) << o.both();
   // Every comma list of the program reads the same way.
   const std::pair<const char*, const char*> refused[] = {
       {"explain --heads 16 --batch 3 --kv-len 100,,200", "entry 1 of '100,,200' is empty"},
@@ -171,7 +156,7 @@ TEST_F(Cli, SeedsAndCommaListsAreReadExactly) {
   };
   for (const auto& [args, message] : refused) expect_refused(args, message);
   o = helixmla("explain --heads 16 --batch 3 --kv-len 100,300,200 --json");
-  EXPECT_EQ(o.code, 0) << o.output;
+  EXPECT_EQ(o.code, 0) << o.both();
 }
 
 // `sweep --profile` skips phases outside the profile's scope; `explain` shows
@@ -179,33 +164,33 @@ TEST_F(Cli, SeedsAndCommaListsAreReadExactly) {
 TEST_F(Cli, ExplainShowsPhasesOutsideTheProfileScopeWithoutFailing) {
   const std::string batch =
       "explain --profile trtllm --arch sm100 --cp 2 --q-len 2 --contexts 2 --heads 24 --kv-len 256 --batch 2";
-  Outcome o = helixmla(batch);
-  EXPECT_EQ(o.code, 0) << o.output;
-  EXPECT_TRUE(has(o.output, "phase context\nshape: context")) << o.output;
-  EXPECT_TRUE(has(o.output, "outside the profile's scope")) << o.output;
-  EXPECT_TRUE(has(o.output, "phase generation")) << o.output;
+  CliOutcome o = helixmla(batch);
+  EXPECT_EQ(o.code, 0) << o.both();
+  EXPECT_TRUE(has(o.both(), "phase context\nshape: context")) << o.both();
+  EXPECT_TRUE(has(o.both(), "outside the profile's scope")) << o.both();
+  EXPECT_TRUE(has(o.both(), "phase generation")) << o.both();
 
   o = helixmla(batch + " --json");
-  EXPECT_EQ(o.code, 0) << o.output;
-  EXPECT_TRUE(has(o.output, "\"outside_scope\": true")) << o.output;
-  EXPECT_TRUE(has(o.output, "\"outside_scope\": false")) << o.output;
+  EXPECT_EQ(o.code, 0) << o.both();
+  EXPECT_TRUE(has(o.both(), "\"outside_scope\": true")) << o.both();
+  EXPECT_TRUE(has(o.both(), "\"outside_scope\": false")) << o.both();
 }
 
 // With --stats the softmax statistics are checked too, not only the output.
 TEST_F(Cli, RunChecksTheStatsItWasAskedFor) {
-  Outcome o = helixmla("run --backend cpu --stats --heads 8 --kv-len 100 --batch 2 --contexts 1 --repeat 1 --json");
-  EXPECT_EQ(o.code, 0) << o.output;
-  EXPECT_TRUE(has(o.output, "\"stats_ok\":true")) << o.output;
-  EXPECT_TRUE(has(o.output, "\"stats_max_m_err\":")) << o.output;
-  EXPECT_TRUE(has(o.output, "\"stats_max_l_rel_err\":")) << o.output;
+  CliOutcome o = helixmla("run --backend cpu --stats --heads 8 --kv-len 100 --batch 2 --contexts 1 --repeat 1 --json");
+  EXPECT_EQ(o.code, 0) << o.both();
+  EXPECT_TRUE(has(o.both(), "\"stats_ok\":true")) << o.both();
+  EXPECT_TRUE(has(o.both(), "\"stats_max_m_err\":")) << o.both();
+  EXPECT_TRUE(has(o.both(), "\"stats_max_l_rel_err\":")) << o.both();
 
   o = helixmla("run --backend cpu --stats --heads 8 --kv-len 100 --batch 2 --repeat 1");
-  EXPECT_EQ(o.code, 0) << o.output;
-  EXPECT_TRUE(has(o.output, "stats_m_err")) << o.output;
+  EXPECT_EQ(o.code, 0) << o.both();
+  EXPECT_TRUE(has(o.both(), "stats_m_err")) << o.both();
 
   o = helixmla("run --backend cpu --heads 8 --kv-len 100 --batch 2 --repeat 1 --json");
-  EXPECT_EQ(o.code, 0) << o.output;
-  EXPECT_FALSE(has(o.output, "stats_ok")) << o.output;
+  EXPECT_EQ(o.code, 0) << o.both();
+  EXPECT_FALSE(has(o.both(), "stats_ok")) << o.both();
 }
 
 // A flag that would change nothing in this run is refused, not dropped:
@@ -219,40 +204,40 @@ TEST_F(Cli, RunRefusesFlagsItWouldIgnore) {
   expect_refused("run --backend cpu --cp 2 --stats --heads 8 --kv-len 64 --batch 1", "--stats: a Helix run");
   expect_refused("run --backend cpu --heads 8 --kv-len 2048,64,1 --batch 1",
                  "--kv-len: 3 lengths for --batch 1");
-  const Outcome o = helixmla("run --backend cpu --cp 2 --no-graphs --heads 8 --kv-len 64 --batch 1 --repeat 1");
-  EXPECT_EQ(o.code, 0) << o.output;
+  const CliOutcome o = helixmla("run --backend cpu --cp 2 --no-graphs --heads 8 --kv-len 64 --batch 1 --repeat 1");
+  EXPECT_EQ(o.code, 0) << o.both();
 }
 
 // HELIXMLA_DEVICE is read on every machine: a value that is no device index
 // is an error naming the variable even where there is no GPU to choose.
 TEST_F(Cli, AMalformedDeviceVariableIsRefused) {
-  const Outcome o = helixmla_with_env("HELIXMLA_DEVICE=abc", "run --backend cpu --heads 8 --kv-len 64 --batch 1");
-  EXPECT_EQ(o.code, 2) << o.output;
-  EXPECT_TRUE(has(o.output, "HELIXMLA_DEVICE")) << o.output;
+  const CliOutcome o = run_cli("run --backend cpu --heads 8 --kv-len 64 --batch 1", "HELIXMLA_DEVICE=abc");
+  EXPECT_EQ(o.code, 2) << o.both();
+  EXPECT_TRUE(has(o.both(), "HELIXMLA_DEVICE")) << o.both();
 }
 
 // Both timings `bench` reports: the queued median as time_us, the isolated
 // one beside it (the same wall-clock median on the CPU).
 TEST_F(Cli, RunReportsQueuedAndIsolatedTimes) {
-  Outcome o = helixmla("run --backend cpu --heads 8 --kv-len 100 --batch 2 --repeat 1 --json");
-  EXPECT_EQ(o.code, 0) << o.output;
-  EXPECT_TRUE(has(o.output, "\"time_us\":")) << o.output;
-  EXPECT_TRUE(has(o.output, "\"isolated_us\":")) << o.output;
+  CliOutcome o = helixmla("run --backend cpu --heads 8 --kv-len 100 --batch 2 --repeat 1 --json");
+  EXPECT_EQ(o.code, 0) << o.both();
+  EXPECT_TRUE(has(o.both(), "\"time_us\":")) << o.both();
+  EXPECT_TRUE(has(o.both(), "\"isolated_us\":")) << o.both();
 
   o = helixmla("run --backend cpu --heads 8 --kv-len 100 --batch 2 --repeat 1");
-  EXPECT_EQ(o.code, 0) << o.output;
-  EXPECT_TRUE(has(o.output, "isolated_us")) << o.output;
+  EXPECT_EQ(o.code, 0) << o.both();
+  EXPECT_TRUE(has(o.both(), "isolated_us")) << o.both();
 }
 
 // --layers runs the step's other layers through the first layer's prepared
 // run and checks each (a mixed batch with statistics: both phases' offsets).
 TEST_F(Cli, RunChecksEveryLayerOfOnePreparedRun) {
-  const Outcome o = helixmla(
+  const CliOutcome o = helixmla(
       "run --backend cpu --layers 3 --stats --heads 8 --kv-len 100 --batch 3 --contexts 1 --repeat 1 --json");
-  EXPECT_EQ(o.code, 0) << o.output;
-  EXPECT_TRUE(has(o.output, "\"layers\":3")) << o.output;
-  EXPECT_TRUE(has(o.output, "\"pass\":true")) << o.output;
-  EXPECT_TRUE(has(o.output, "\"non_finite\":0")) << o.output;
+  EXPECT_EQ(o.code, 0) << o.both();
+  EXPECT_TRUE(has(o.both(), "\"layers\":3")) << o.both();
+  EXPECT_TRUE(has(o.both(), "\"pass\":true")) << o.both();
+  EXPECT_TRUE(has(o.both(), "\"non_finite\":0")) << o.both();
   expect_refused("run --layers 2 --cp 2 --heads 16 --kv-len 64 --batch 1", "--layers");
   expect_refused("run --layers 0 --heads 16 --kv-len 64 --batch 1", "--layers");
 }
