@@ -45,13 +45,6 @@ double median(std::vector<double> values) {
   return values[values.size() / 2];
 }
 
-std::string describe_choice(const Selection& selection) {
-  if (selection.context && selection.generation) {
-    return "context:" + selection.context->choice + ",generation:" + selection.generation->choice;
-  }
-  return selection.context ? selection.context->choice : selection.generation->choice;
-}
-
 // Median wall time of `repeat` synchronous host runs.
 double time_host(PreparedRun& run, int repeat) {
   std::vector<double> times;
@@ -141,7 +134,7 @@ int run_single(const RunFlags& flags) {
     testing::DeviceBatch device_batch(batch, env.device);
     const Problem problem = device_batch.problem();
     const StepPlan step = runtime.plan_step(problem);
-    backend = describe_choice(step.selection());
+    backend = describe_choices(step.selection());
     cudaStream_t stream;
     cuda_ok(cudaStreamCreate(&stream), "cudaStreamCreate");
     testing::DeviceBuffer workspace(step.workspace_bytes());
@@ -165,7 +158,7 @@ int run_single(const RunFlags& flags) {
 #endif
   if (!on_device) {
     const Problem problem = batch.problem();
-    backend = describe_choice(runtime.select(problem));
+    backend = describe_choices(runtime.select(problem));
     auto run = runtime.prepare(problem, {}, nullptr);
     progress.phase(fmt::format("running {} time(s) on {}", flags.repeat, backend));
     // Every timed run writes the whole output, so the last one is what the

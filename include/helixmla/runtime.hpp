@@ -26,6 +26,10 @@ struct Selection {
   std::optional<Decision> generation;
 };
 
+// The chosen backends for a person to read: the one backend of a batch of
+// one phase, else "context: A, generation: B".
+std::string describe_choices(const Selection& selection);
+
 // Every backend compiled into this library.
 std::vector<BackendPtr> builtin_backends();
 

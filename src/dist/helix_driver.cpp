@@ -639,14 +639,7 @@ void HelixDriver::fetch_output(void* out, float* stats) const {
 
 std::string HelixDriver::backends() const {
   const Rank& rank = *ranks_.front();
-  const Selection selection = rank.runtime->select(rank.problem);
-  std::string text;
-  if (selection.context) text += "context: " + selection.context->choice;
-  if (selection.generation) {
-    if (!text.empty()) text += ", ";
-    text += "generation: " + selection.generation->choice;
-  }
-  return text;
+  return describe_choices(rank.runtime->select(rank.problem));
 }
 
 std::string HelixDriver::exchange_name() const { return std::string(exchange_->name()); }

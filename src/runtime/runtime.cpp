@@ -111,6 +111,14 @@ Runtime::Runtime(RuntimeOptions options)
   if (!table.empty()) selector_ = Selector(selector_.backends(), selector_.environment(), std::move(table));
 }
 
+std::string describe_choices(const Selection& selection) {
+  if (selection.context && selection.generation) {
+    return "context: " + selection.context->choice + ", generation: " + selection.generation->choice;
+  }
+  if (selection.context) return selection.context->choice;
+  return selection.generation ? selection.generation->choice : std::string();
+}
+
 Selection Runtime::select(const Problem& problem) const {
   validate(problem);
   return select_phases(plan_phases(problem), problem);

@@ -209,5 +209,20 @@ TEST(StepPlan, RunsThatCannotRefreshAreRefused) {
   EXPECT_FALSE(f.runtime.plan_step(next.problem()).refresh(*bare, nullptr));
 }
 
+// The chosen backends as `run` and the Helix driver print them alike: one
+// name for a batch of one phase, both phases named for a mixed one.
+TEST(DescribeChoices, NamesOnePhaseByItsBackendAndAMixedBatchByPhase) {
+  Selection selection;
+  EXPECT_EQ(describe_choices(selection), "");
+  selection.generation = Decision{};
+  selection.generation->choice = "cuda_tensorcore";
+  EXPECT_EQ(describe_choices(selection), "cuda_tensorcore");
+  selection.context = Decision{};
+  selection.context->choice = "cpu";
+  EXPECT_EQ(describe_choices(selection), "context: cpu, generation: cuda_tensorcore");
+  selection.generation.reset();
+  EXPECT_EQ(describe_choices(selection), "cpu");
+}
+
 }  // namespace
 }  // namespace helixmla
