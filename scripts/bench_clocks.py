@@ -8,10 +8,12 @@ power from a change in the code. The card's settings are only read.
 
 Usage: bench_clocks.py OUT_DIR -- COMMAND...
 Writes OUT_DIR/bench.err (the command's stderr, each line prefixed with its
-arrival time), OUT_DIR/clocks.csv (the samples) and prints one line per
-case: busy samples, SM clock median and minimum, power maximum, and the
-reasons the driver gave for running below the top clock. Exit status: the
-command's."""
+arrival time), OUT_DIR/clocks.csv (the samples) and OUT_DIR/bench-clocks.txt,
+one line per case: busy samples, SM clock median and minimum, power maximum,
+and the reasons the driver gave for running below the top clock. The
+command's stdout passes through. Exit status: the command's. Sampling at
+10 Hz through NVML is light, but compare suite numbers across sessions with
+the sampler on in both."""
 import datetime
 import re
 import statistics
@@ -29,6 +31,8 @@ BUSY_PERCENT = 50  # samples below this load are the host's work between timings
 
 
 def start_sampler(path):
+    """nvidia-smi sampling GPU 0 (its order) into `path`, or None. GPU 0 is
+    the device gpu-check benches on: its machines run the suite on one GPU."""
     for reason in REASON_FIELDS:
         query = f"--query-gpu={FIELDS},{reason}"
         try:
@@ -37,23 +41,30 @@ def start_sampler(path):
         except OSError:
             return None  # no nvidia-smi
         if probe.returncode == 0:
-            out = open(path, "w")
-            out.write(f"{FIELDS},reasons\n")
-            out.flush()
-            sampler = subprocess.Popen(["nvidia-smi", query, "--format=csv,noheader,nounits", "-i", "0", "-lms", "100"],
-                                       stdout=out, stderr=subprocess.DEVNULL)
+            with open(path, "w") as out:
+                out.write(f"{FIELDS},reasons\n")
+                out.flush()
+                sampler = subprocess.Popen(["nvidia-smi", query, "--format=csv,noheader,nounits", "-i", "0",
+                                            "-lms", "100"], stdout=out, stderr=subprocess.DEVNULL)
             # nvidia-smi takes a moment to its first sample: a short bench
             # (one or two cases) was over before it began.
             deadline = time.time() + 5
-            while time.time() < deadline and len(open(path).read().splitlines()) < 2:
+            while time.time() < deadline and count_lines(path) < 2:
                 time.sleep(0.05)
             return sampler
     return None
 
 
+def count_lines(path):
+    with open(path) as f:
+        return sum(1 for _ in f)
+
+
 def parse_samples(path):
     samples = []
-    for line in open(path).read().splitlines()[1:]:
+    with open(path) as f:
+        lines = f.read().splitlines()[1:]
+    for line in lines:
         cells = [c.strip() for c in line.split(",")]
         if len(cells) != 6:
             continue
@@ -66,13 +77,11 @@ def parse_samples(path):
     return samples
 
 
-def main():
-    if len(sys.argv) < 4 or sys.argv[2] != "--":
-        sys.exit(__doc__)
-    out_dir, command = sys.argv[1], sys.argv[3:]
-    sampler = start_sampler(f"{out_dir}/clocks.csv")
-    marks = []  # (time, case number or None for the end)
-    with open(f"{out_dir}/bench.err", "w") as err:
+def run_bench(command, err_path):
+    """Runs the bench, stamping each stderr line with its arrival time;
+    returns the exit status and the (time, case or None) marks."""
+    marks = []
+    with open(err_path, "w") as err:
         bench = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
         for line in bench.stderr:
             now = time.time()
@@ -81,29 +90,50 @@ def main():
             marks.append((now, int(match.group(1)) if match else None))
         status = bench.wait()
     marks.append((time.time(), None))
-    if sampler is None:
-        print("clocks: nvidia-smi could not be queried; no per-case clocks")
-        return status
-    time.sleep(0.3)  # the last samples
-    sampler.terminate()
-    sampler.wait()
-    samples = parse_samples(f"{out_dir}/clocks.csv")
-    print(f"clocks while each case ran (samples above {BUSY_PERCENT}% load, ~0.1 s apart):")
-    print(f"{'case':>4} {'busy':>5} {'sm MHz median':>13} {'min':>5} {'max clock':>9} {'W max':>6}  reasons below max")
+    # A signal's death (negative here) as a shell reports it.
+    return (128 - status if status < 0 else status), marks
+
+
+def clock_table(samples, marks):
+    lines = [f"clocks while each case ran (samples above {BUSY_PERCENT}% load, ~0.1 s apart):",
+             f"{'case':>4} {'busy':>5} {'sm MHz median':>13} {'min':>5} {'max clock':>9} {'W max':>6}  "
+             "reasons below max"]
     for (begin, case), (end, _) in zip(marks, marks[1:]):
         if case is None:
             continue
         busy = [s for s in samples if begin <= s[0] < end and s[4] >= BUSY_PERCENT]
         if not busy:
-            print(f"{case:>4} {0:>5}")
+            lines.append(f"{case:>4} {0:>5}")
             continue
         clocks = [s[1] for s in busy]
         seen = 0
         for s in busy:
             seen |= s[5]
         reasons = ",".join(name for bit, name in REASONS.items() if seen & bit) or "-"
-        print(f"{case:>4} {len(busy):>5} {statistics.median(clocks):>13.0f} {min(clocks):>5.0f} "
-              f"{max(s[2] for s in busy):>9.0f} {max(s[3] for s in busy):>6.0f}  {reasons}")
+        lines.append(f"{case:>4} {len(busy):>5} {statistics.median(clocks):>13.0f} {min(clocks):>5.0f} "
+                     f"{max(s[2] for s in busy):>9.0f} {max(s[3] for s in busy):>6.0f}  {reasons}")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    if len(sys.argv) < 4 or sys.argv[2] != "--":
+        sys.exit(__doc__)
+    out_dir, command = sys.argv[1], sys.argv[3:]
+    sampler = start_sampler(f"{out_dir}/clocks.csv")
+    try:
+        status, marks = run_bench(command, f"{out_dir}/bench.err")
+    except OSError as e:
+        print(f"bench_clocks: cannot run {command[0]}: {e.strerror}", file=sys.stderr)
+        return 127
+    finally:
+        if sampler is not None:
+            time.sleep(0.3)  # the last samples
+            sampler.terminate()
+            sampler.wait()
+    table = ("clocks: nvidia-smi could not be queried; no per-case clocks\n" if sampler is None
+             else clock_table(parse_samples(f"{out_dir}/clocks.csv"), marks))
+    with open(f"{out_dir}/bench-clocks.txt", "w") as out:
+        out.write(table)
     return status
 
 

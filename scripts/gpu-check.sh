@@ -60,10 +60,10 @@ fi
 summary+=("build: $(elapsed) s")
 
 if step run; then
-  "$build/helixmla" run >"$out/run.txt" 2>&1
+  "$build/helixmla" run >"$out/run.txt" 2>"$out/run.err"
   summary+=("helixmla run (default problem): exit $?: $(sed -n 3p "$out/run.txt")")
   # The engine's flow: one prepared run, four layers, a mixed batch with statistics.
-  "$build/helixmla" run --layers 4 --contexts 1 --stats --heads 48 --kv-dtype fp8 >"$out/run-layers.txt" 2>&1
+  "$build/helixmla" run --layers 4 --contexts 1 --stats --heads 48 --kv-dtype fp8 >"$out/run-layers.txt" 2>"$out/run-layers.err"
   summary+=("helixmla run --layers 4 (mixed, fp8, stats): exit $?: $(sed -n 3p "$out/run-layers.txt")")
   # Decode steps through one run refreshed as under a captured graph, on
   # both CUDA backends: how often a step needs a new prepare, and the GPU
@@ -123,9 +123,6 @@ if step bench; then
   python3 scripts/bench_clocks.py "$out" -- "$build/helixmla" bench --host --json "$out/bench.json" \
     --plot "$out/bench.svg" >"$out/bench.txt" 2>"$out/bench-clocks.err"
   summary+=("bench exit $? [$(elapsed) s]")
-  # The clock table comes last in the command's output: moved to its own file.
-  sed -n '/^clocks /,$p' "$out/bench.txt" >"$out/bench-clocks.txt"
-  sed -i '/^clocks /,$d' "$out/bench.txt"
   [ -n "${OUT:-}" ] && cp "$out/bench.json" "$out/bench.svg" "$OUT/"
 fi
 if step probes; then

@@ -15,6 +15,7 @@
 #include "commands.hpp"
 #include "compare.hpp"
 #include "helix_run.hpp"
+#include "helixmla/environment.hpp"
 #include "helixmla/runtime.hpp"
 #include "parallel_naive_attention.hpp"
 #include "problem_flags.hpp"
@@ -210,10 +211,11 @@ int run_single(const RunFlags& flags) {
                                                             "the worst layer's)",
                                                             flags.layers)
                                               : "");
-    std::cout << fmt::format("{:<40} {:>12} {:>12} {:>12} {:>12}{}\n", "backend", "time_us", "isolated_us",
+    const std::size_t width = std::max<std::size_t>(40, backend.size());
+    std::cout << fmt::format("{:<{}} {:>12} {:>12} {:>12} {:>12}{}\n", "backend", width, "time_us", "isolated_us",
                              "max_abs_err", "rel_l2_err",
                              stats ? fmt::format(" {:>12} {:>12}", "stats_m_err", "stats_l_err") : "");
-    std::cout << fmt::format("{:<40} {:>12.1f} {:>12.1f} {:>12.3e} {:>12.3e}{}\n", backend, time_us, isolated_us,
+    std::cout << fmt::format("{:<{}} {:>12.1f} {:>12.1f} {:>12.3e} {:>12.3e}{}\n", backend, width, time_us, isolated_us,
                              error.max_abs_err, error.rel_l2_err,
                              stats ? fmt::format(" {:>12.3e} {:>12.3e}", stats_error.max_m_err, stats_error.max_l_rel_err)
                                    : "");
@@ -249,6 +251,8 @@ void add_run_command(CLI::App& app) {
   add_helix_flags(*cmd, flags->helix);
   cmd->callback([flags, cmd] {
     require_known_backend(flags->problem.backend, builtin_backends(), "this build");
+    // A bad HELIXMLA_DEVICE is reported before a large batch is built, not after.
+    (void)Environment::detect();
     flags->helix.repeat = flags->repeat;
     const bool helix = flags->cp > 1 || !flags->devices.empty();
     if (flags->layers > 1 && helix) {

@@ -209,6 +209,7 @@ void add_trace_command(CLI::App& app) {
       throw CLI::ValidationError("--contexts", "trace runs decode steps: generations only");
     }
     if (flags->problem.batch < 1) throw CLI::ValidationError("--batch", "trace needs at least one generation");
+    require_known_backend(flags->problem.backend, builtin_backends(), "this build");
     if (flags->problem.backend == "cpu") {
       throw CLI::ValidationError("--backend", "trace times runs on the GPU; cpu is not a GPU backend");
     }

@@ -161,10 +161,11 @@ Baseline time_baseline(testing::SyntheticBatch& batch, const RuntimeOptions& opt
 }  // namespace
 
 void add_helix_flags(CLI::App& command, HelixRunOptions& options) {
-  command.add_flag("--no-graphs{false}", options.graphs,
-                   "Helix on a GPU: skip timing whole-step CUDA graph replays");
-  command.add_flag("--no-baseline{false}", options.baseline,
-                   "Helix on a GPU: skip timing the batch without Helix on one GPU");
+  // Callbacks rather than "{false}" defaults, which the help would print.
+  command.add_flag_callback("--no-graphs", [&options] { options.graphs = false; },
+                            "Helix on a GPU: skip timing whole-step CUDA graph replays");
+  command.add_flag_callback("--no-baseline", [&options] { options.baseline = false; },
+                            "Helix on a GPU: skip timing the batch without Helix on one GPU");
   command
       .add_option("--exchange", options.exchange,
                   "Helix over several --devices: peer (one kernel storing straight into the other "

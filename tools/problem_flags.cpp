@@ -40,7 +40,8 @@ void add_problem_flags(CLI::App& app, ProblemFlags& flags) {
   app.add_option("--batch", flags.batch, "Generation requests")
       ->capture_default_str()->check(CLI::Range(0, 1 << 20));
   add_int_list(app, "--kv-len", flags.kv_len, 1, 1 << 30,
-               "Cached tokens per generation, new tokens included: one value, or a comma list cycled over the requests",
+               "Cached tokens per generation, new tokens included: one value, or a comma list (at most --batch "
+               "values) cycled over the requests",
                Repeats::allowed);
   app.add_option("--page-size", flags.page_size, "Tokens per KV-cache page (any integer >= 1)")
       ->capture_default_str()->check(CLI::Range(1, 1 << 20));
@@ -62,7 +63,9 @@ void add_problem_flags(CLI::App& app, ProblemFlags& flags) {
       ->type_name("UINT64")->default_str("1");
   app.add_option("--backend", flags.backend,
                  "Force a backend (cpu, cuda_generic, cuda_tensorcore); an error if it cannot run the batch");
-  app.add_flag("--stats", flags.stats, "Also produce softmax statistics (m, l)");
+  app.add_flag("--stats", flags.stats,
+               "Also produce softmax statistics (m, l); not with Helix (--cp, --devices), whose ranks' "
+               "statistics are combined into the output");
 }
 
 void require_known_backend(const std::string& name, const std::vector<BackendPtr>& backends,

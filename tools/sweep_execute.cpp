@@ -166,8 +166,7 @@ int execute_sweep(const std::vector<BackendPtr>& backends, SweepSpace space, dou
                                           to_string(point.shape.q_dtype), q_class(point.shape),
                                           point.shape.helix ? "helix" : "plain", point.mixed ? " mixed" : "");
       if (cells.count(key)) continue;
-      const bool jit = c.reason.find("JIT") != std::string::npos || c.reason.find("just in time") != std::string::npos ||
-                       c.kernel.find("jit") != std::string::npos;
+      const bool jit = c.reason.find("(JIT)") != std::string::npos;
       cells.emplace(key, Cell{key, c.backend, c.kernel, jit, point.mixed, generations, point.shape});
     }
   };

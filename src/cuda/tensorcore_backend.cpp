@@ -98,7 +98,7 @@ class TensorcoreCatalog final : public KernelCatalog {
                                              {DType::fp16, DType::fp8_e4m3}};
     for (const auto& [q, kv] : pairs) {
       for (const TensorcoreVariant& v : builds(q, kv)) {
-        list.push_back({v.name_for_page("<any>") + " (just in time)", false});
+        list.push_back({v.name_for_page("<any>") + " (JIT)", false});
       }
     }
     return list;

@@ -82,7 +82,7 @@ class HelixDriver {
   // the batch's out dtype, and stats [tokens, H, 2] = (m, l) when not null.
   void fetch_output(void* out, float* stats) const;
 
-  // "context: <backend>, generation: <backend>" as rank 0's runtime chose.
+  // The backends rank 0's runtime chose, as describe_choices writes them.
   std::string backends() const;
   std::string exchange_name() const;
   HelixMode mode() const { return options_.mode; }

@@ -1,6 +1,7 @@
 // The `helixmla` program's verdicts: exit 0 for success, 1 for a failed run,
 // 2 for a bad flag value; run on the binary this build produced.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -17,6 +18,11 @@ using helixmla::testing::run_cli;
 bool has(const std::string& text, const std::string& part) { return helixmla::testing::contains(text, part); }
 
 CliOutcome helixmla(const std::string& args) { return run_cli(args); }
+
+// A temporary path of this process's own: two build trees' tests may run at once.
+std::filesystem::path scratch_path(const std::string& name) {
+  return std::filesystem::temp_directory_path() / ("helixmla-" + std::to_string(getpid()) + "-" + name);
+}
 
 // `args` is a bad flag value: exit status 2 and a message containing `message`.
 void expect_refused(const std::string& args, const std::string& message) {
@@ -96,7 +102,7 @@ TEST_F(Cli, InputFilesAreReadWithinBounds) {
   const std::size_t at = text.find("\"priority\": 300");
   ASSERT_NE(at, std::string::npos);
   text.replace(at, std::string("\"priority\": 300").size(), "\"priority\": 18446744073709551615");
-  const std::filesystem::path profile = std::filesystem::temp_directory_path() / "helixmla-huge-priority.json";
+  const std::filesystem::path profile = scratch_path("huge-priority.json");
   std::ofstream(profile) << text;
   expect_refused("explain --profile " + profile.string() + " --arch sm100 --heads 16 --kv-len 64",
                  "priority = 18446744073709551615: is out of range");
@@ -106,7 +112,7 @@ TEST_F(Cli, InputFilesAreReadWithinBounds) {
 // Flags that would fail only after minutes of work, or deep inside it, are
 // rejected first.
 TEST_F(Cli, SweepAndTuneCheckTheirFlagsBeforeWorking) {
-  const std::filesystem::path file = std::filesystem::temp_directory_path() / "helixmla-not-a-folder";
+  const std::filesystem::path file = scratch_path("not-a-folder");
   std::ofstream(file) << "x";
   CliOutcome o = helixmla("sweep --arch sm90 --out " + file.string());
   std::filesystem::remove(file);
@@ -245,7 +251,7 @@ TEST_F(Cli, RunChecksEveryLayerOfOnePreparedRun) {
 TEST_F(Cli, BenchRejectsCasesTheSuiteLacksAndRepeatedIds) {
   expect_refused("bench --cases 1,99", "case 99 is not in the suite");
 
-  const std::filesystem::path suite = std::filesystem::temp_directory_path() / "helixmla-duplicate-ids.csv";
+  const std::filesystem::path suite = scratch_path("duplicate-ids.csv");
   std::ofstream(suite) << "case,heads,q_len,batch,kv_len,page_size,kv_dtype,note\n"
                        << "3,16,1,2,256,64,bf16,first\n"
                        << "4,16,1,2,256,64,bf16,other\n"
@@ -293,6 +299,7 @@ TEST_F(Cli, BenchRejectsCasesTheSuiteLacksAndRepeatedIds) {
 // Its flags are checked before it looks for a GPU (CI has none).
 TEST_F(Cli, TraceChecksItsFlagsBeforeWorking) {
   expect_refused("trace --backend cpu --steps 2", "--backend: trace times runs on the GPU");
+  expect_refused("trace --backend bogus --steps 2", "unknown backend bogus");
   expect_refused("trace --contexts 1", "--contexts");
   expect_refused("trace --batch 0", "--batch");
   expect_refused("trace --steps 0", "--steps");
