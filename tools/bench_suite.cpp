@@ -22,7 +22,7 @@ std::string cell(const std::string& path, std::int64_t line, const char* column)
   return fmt::format("{} line {} {}", path, line, column);
 }
 
-std::int32_t parse_int(const std::string& text, const std::string& where, std::int64_t most = 1L << 30) {
+std::int32_t parse_int(const std::string& text, const std::string& where, std::int64_t most = kMaxSuiteInteger) {
   try {
     std::size_t used = 0;
     const long value = std::stol(text, &used);

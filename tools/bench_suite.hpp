@@ -9,6 +9,9 @@
 
 namespace helixmla::tools {
 
+// The largest case id (and count, length or size) a suite's cells may hold.
+inline constexpr std::int64_t kMaxSuiteInteger = std::int64_t{1} << 30;
+
 struct BenchCase {
   int id = 0;
   std::int32_t heads = 0;

@@ -174,8 +174,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--suite", flags->suite, "Suite CSV (case,heads,q_len,batch,kv_len,page_size,kv_dtype,note)")
       ->capture_default_str()
       ->check(unreadable_file_complaint);
-  // The ids a suite may hold (load_suite).
-  add_int_list(*cmd, "--cases", flags->cases, 1, 1 << 30, "Only these case ids, e.g. 1,4,8");
+  add_int_list(*cmd, "--cases", flags->cases, 1, kMaxSuiteInteger, "Only these case ids, e.g. 1,4,8");
   cmd->add_option("--backend", flags->backend, "Force a backend instead of the selector's choice");
   cmd->add_option("--iterations", flags->iterations, "Timed iterations per case (median reported)")
       ->capture_default_str()->check(CLI::Range(1, 100000));

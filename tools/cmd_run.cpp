@@ -260,6 +260,9 @@ void add_run_command(CLI::App& app) {
     }
     // A flag that would change nothing is refused rather than dropped: the
     // user asked for something this run would not do.
+    if (flags->problem.batch == 0 && cmd->count("--kv-len") > 0) {
+      throw CLI::ValidationError("--kv-len", "sets the generations' lengths, and --batch 0 has none");
+    }
     if (!helix) {
       for (const char* name : {"--exchange", "--no-graphs", "--no-baseline"}) {
         if (cmd->count(name) > 0) throw CLI::ValidationError(name, "applies to Helix runs only (--cp > 1 or --devices)");

@@ -210,6 +210,7 @@ TEST_F(Cli, RunRefusesFlagsItWouldIgnore) {
   expect_refused("run --backend cpu --cp 2 --stats --heads 8 --kv-len 64 --batch 1", "--stats: a Helix run");
   expect_refused("run --backend cpu --heads 8 --kv-len 2048,64,1 --batch 1",
                  "--kv-len: 3 lengths for --batch 1");
+  expect_refused("run --backend cpu --heads 8 --kv-len 100 --batch 0 --contexts 1", "--kv-len: sets the generations");
   const CliOutcome o = helixmla("run --backend cpu --cp 2 --no-graphs --heads 8 --kv-len 64 --batch 1 --repeat 1");
   EXPECT_EQ(o.code, 0) << o.both();
 }
