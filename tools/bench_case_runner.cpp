@@ -6,6 +6,7 @@
 #include <chrono>
 #include <vector>
 
+#include "commands.hpp"
 #include "compare.hpp"
 #include "device_batch.hpp"
 #include "gather_read.hpp"
@@ -92,7 +93,7 @@ HostTiming CaseRunner::time_host(const Runtime& runtime,
 CaseRunner::CaseRunner(std::string forced_backend)
     : forced_(std::move(forced_backend)), env_(Environment::detect()) {
   const Environment& env = env_;
-  if (!env.has_gpu()) throw RuntimeFailure("no CUDA GPU found: benchmarks need one");
+  require_cuda_gpu(env, "the benchmark runner");
   cuda_ok(cudaSetDevice(env.device), "cudaSetDevice");
   cudaDeviceProp prop{};
   cuda_ok(cudaGetDeviceProperties(&prop, env.device), "cudaGetDeviceProperties");

@@ -93,6 +93,7 @@ int run_bench(const BenchFlags& flags) {
   if (!flags.json_path.empty()) require_writable_file(flags.json_path, "--json");
   if (!flags.plot_path.empty()) require_writable_file(flags.plot_path, "--plot");
 #if defined(HELIXMLA_WITH_CUDA)
+  require_cuda_gpu(Environment::detect(), "bench");
   CaseRunner runner(flags.backend);
   std::cerr << "measuring the device's copy bandwidth and bf16 matrix rate...\n";
   const Ceilings ceilings = measure_ceilings(runner.stream());

@@ -64,7 +64,7 @@ std::vector<double> output_values(const void* device, DType dtype, std::int64_t 
 }
 
 void run_trace(const TraceFlags& flags) {
-  if (testing::cuda_device_count() == 0) throw RuntimeFailure("trace needs a CUDA GPU; none was found");
+  require_cuda_gpu(Environment::detect(), "trace");
   const ProblemFlags& pf = flags.problem;
   const auto [shortest, longest] = std::minmax_element(pf.kv_len.begin(), pf.kv_len.end());
   std::uniform_int_distribution<std::int32_t> new_length(*shortest, *longest);

@@ -75,7 +75,7 @@ int run_tune(const TuneFlags& flags) {
   const std::vector<BenchCase> grid = tuning_grid(flags);
   if (!flags.out.empty()) require_writable_file(flags.out, "--out");
 #if defined(HELIXMLA_WITH_CUDA)
-  if (!Environment::detect().has_gpu()) throw RuntimeFailure("tune needs a CUDA GPU: none found");
+  require_cuda_gpu(Environment::detect(), "tune");
   CaseRunner runner;
   const Environment& env = runner.environment();
   const std::string out = flags.out.empty()

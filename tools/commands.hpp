@@ -8,6 +8,9 @@
 #include <fstream>
 #include <string>
 
+#include "helixmla/environment.hpp"
+#include "helixmla/error.hpp"
+
 namespace helixmla::tools {
 
 // For input-file flags (--suite): a file that cannot be opened is refused
@@ -15,6 +18,12 @@ namespace helixmla::tools {
 // it (or that it is a directory) is the loader's to say.
 inline std::string unreadable_file_complaint(const std::string& path) {
   return std::ifstream(path) ? std::string() : "'" + path + "' cannot be opened for reading";
+}
+
+// The commands that time or run kernels on this machine's GPU say so in one
+// form when there is none (a failed run, exit 1, after their flags passed).
+inline void require_cuda_gpu(const Environment& env, const std::string& command) {
+  if (!env.has_gpu()) throw RuntimeFailure(command + " needs a CUDA GPU; none was found");
 }
 
 void add_run_command(CLI::App& app);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "commands.hpp"
 #include "helixmla/environment.hpp"
 #include "helixmla/error.hpp"
 
@@ -150,7 +151,7 @@ CellResult execute_cell(const Backend& backend, const Cell& cell, const SweepSpa
 int execute_sweep(const std::vector<BackendPtr>& backends, SweepSpace space, double max_seconds, bool json) {
 #if defined(HELIXMLA_WITH_CUDA)
   const Environment env = Environment::detect();
-  if (!env.has_gpu()) throw RuntimeFailure("sweep --execute needs a CUDA GPU; none was found");
+  require_cuda_gpu(env, "sweep --execute");
   space.archs = {env.arch};
   space.device_tensors = true;
 

@@ -189,7 +189,7 @@ TEST_F(CliUsability, TuneChecksItsFlagsBeforeLookingForAGpu) {
       helixmla("tune --suite " + small_suite(out_).string() + " --out " + (out_ / "t.json").string() + grid);
   EXPECT_EQ(o.code, 1) << o.err;
 #if defined(HELIXMLA_WITH_CUDA)
-  EXPECT_TRUE(has(o.err, "tune needs a CUDA GPU: none found")) << o.err;
+  EXPECT_TRUE(has(o.err, "tune needs a CUDA GPU; none was found")) << o.err;
 #endif
 
   const std::string help = helixmla("tune --help").out;
