@@ -47,6 +47,7 @@ struct Layout {
   std::int64_t pages = 0;  // spare pages included
   std::int64_t stride = 1;  // page-table row: the longest request's pages, or wider
   std::int64_t tokens = 0;
+  std::int64_t kv_positions = 0;  // every request's KV length, summed
 };
 
 Layout layout_of(const BatchSpec& spec) {
@@ -59,6 +60,7 @@ Layout layout_of(const BatchSpec& spec) {
     layout.pages += pages;
     layout.stride = std::max(layout.stride, pages);
     layout.tokens += q_len;
+    layout.kv_positions += kv_len;
   }
   layout.pages += spec.spare_pages;
   return layout;
@@ -73,6 +75,7 @@ HostFootprint host_footprint(const BatchSpec& spec) {
   const auto pages = static_cast<double>(layout.pages);
   const auto tokens = static_cast<double>(layout.tokens);
   footprint.tokens = layout.tokens;
+  footprint.kv_positions = layout.kv_positions;
   // The page table and the shuffled page order that fills it.
   footprint.page_table_bytes = static_cast<double>(layout.requests) * static_cast<double>(layout.stride) * 4.0 + pages * 4.0;
   if (!spec.allocate_tensors) return footprint;

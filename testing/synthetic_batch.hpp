@@ -48,6 +48,7 @@ float default_kv_scale(DType kv_dtype);
 // spare pages, out, stats) when spec.allocate_tensors.
 struct HostFootprint {
   std::int64_t tokens = 0;  // query tokens of the batch
+  std::int64_t kv_positions = 0;  // the requests' KV lengths, summed
   double page_table_bytes = 0.0;
   double tensor_bytes = 0.0;
 };

@@ -51,13 +51,11 @@ Environment explained_machine(const std::string& arch_flag, const std::optional<
     arch = *parse_arch(arch_flag);
   } else if (profile && std::find(profile->archs.begin(), profile->archs.end(), env.arch) == profile->archs.end()) {
     arch = profile->archs.front();
-    std::string covered;
-    for (Arch a : profile->archs) covered += (covered.empty() ? "" : ", ") + std::string(to_string(a));
     const std::string machine =
         env.has_gpu() ? fmt::format("is {}, which it does not cover", to_string(env.arch)) : "has no GPU";
     std::cerr << fmt::format("explain: assuming {} for profile {} (it covers {}): this machine {}; pass --arch to "
                              "choose\n",
-                             to_string(arch), profile->name, covered, machine);
+                             to_string(arch), profile->name, to_string(profile->archs), machine);
   }
   if (arch != env.arch) {
     // A machine described, not this one: same build, GPU present, NVRTC installed.

@@ -83,14 +83,9 @@ LayerCheck check_layer(testing::SyntheticBatch& batch) {
 // table appeared): what is being done, so a long run does not look hung.
 class Progress {
  public:
-  explicit Progress(const testing::BatchSpec& spec) {
-    std::int64_t positions = static_cast<std::int64_t>(spec.contexts) * spec.context_len;
-    for (std::int32_t g = 0; g < spec.generations; ++g) {
-      positions += spec.kv_len[static_cast<std::size_t>(g) % spec.kv_len.size()];
-    }
-    positions_ = positions;
-    loud_ = positions * spec.heads >= kLoudHeadPositions;
-  }
+  Progress(const testing::BatchSpec& spec, int layers)
+      : positions_(testing::host_footprint(spec).kv_positions),
+        loud_(positions_ * spec.heads * layers >= kLoudHeadPositions) {}
   void phase(const std::string& what) const {
     if (!loud_) return;
     std::cerr << fmt::format("run: {} [{:.1f} s]\n", what, seconds()) << std::flush;
@@ -103,13 +98,13 @@ class Progress {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   }
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-  std::int64_t positions_ = 0;
-  bool loud_ = false;
+  std::int64_t positions_;
+  bool loud_;
 };
 
 int run_single(const RunFlags& flags) {
   const testing::BatchSpec spec = to_batch_spec(flags.problem);
-  const Progress progress(spec);
+  const Progress progress(spec, flags.layers);
   progress.phase(fmt::format("building the batch ({} layer(s), {} KV positions of {} heads)", flags.layers,
                              progress.positions(), spec.heads));
   testing::SyntheticBatch batch(spec);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -14,6 +15,7 @@ namespace helixmla {
 enum class Arch : std::uint8_t { none, sm80, sm86, sm89, sm90, sm100, sm103, sm120 };
 
 std::string_view to_string(Arch arch);
+std::string to_string(std::span<const Arch> archs);  // "sm100, sm103"
 std::optional<Arch> parse_arch(std::string_view name);  // "none", "sm90", "90", "sm_90a", ...
 Arch arch_from_compute_capability(int major, int minor);
 inline constexpr Arch kAllArchs[] = {Arch::none,  Arch::sm80,  Arch::sm86,  Arch::sm89,

@@ -168,9 +168,7 @@ void require_array(const json& value, const std::string& field) {
 Arch arch_at(const json& value, const std::string& field) {
   const auto arch = parse_arch(string_at(value, field));
   if (!arch) {
-    std::string known;
-    for (Arch a : kAllArchs) known += (known.empty() ? "" : ", ") + std::string(to_string(a));
-    bad(field, value, "unknown architecture; expected one of: " + known);
+    bad(field, value, "unknown architecture; expected one of: " + to_string(kAllArchs));
   }
   return *arch;
 }
@@ -535,12 +533,6 @@ class ProfileCatalog final : public KernelCatalog {
 
 // ---- the backend -----------------------------------------------------------
 
-std::string arch_list(const std::vector<Arch>& archs) {
-  std::string text;
-  for (Arch a : archs) text += (text.empty() ? "" : ", ") + std::string(to_string(a));
-  return text;
-}
-
 class ProfileBackend final : public Backend {
  public:
   std::string name_;
@@ -555,7 +547,7 @@ class ProfileBackend final : public Backend {
 
   Verdict available(const Environment& env) const override {
     if (std::find(archs_.begin(), archs_.end(), env.arch) == archs_.end()) {
-      return Verdict::no(fmt::format("{} is available on {} only; this is {}", name_, arch_list(archs_),
+      return Verdict::no(fmt::format("{} is available on {} only; this is {}", name_, to_string(archs_),
                                      to_string(env.arch)));
     }
     return Verdict::yes();

@@ -27,6 +27,12 @@ std::string_view to_string(Arch arch) {
   return "unknown";
 }
 
+std::string to_string(std::span<const Arch> archs) {
+  std::string text;
+  for (Arch a : archs) text += (text.empty() ? "" : ", ") + std::string(to_string(a));
+  return text;
+}
+
 std::optional<Arch> parse_arch(std::string_view name) {
   std::string digits;
   for (char c : name) {
