@@ -14,6 +14,7 @@
 #include "helixmla/error.hpp"
 #include "helixmla/perf_table.hpp"
 #include "helixmla/planner.hpp"
+#include "integer_flag.hpp"
 #include "output_file.hpp"
 #include "problem_flags.hpp"
 
@@ -131,9 +132,9 @@ void add_tune_command(CLI::App& app) {
   add_int_list(*cmd, "--batches", flags->batches, 1, 1 << 20, "Grid: batch sizes");
   add_name_list(*cmd, "--kv-dtypes", flags->kv_dtypes, kv_dtype_complaint, "Grid: KV dtypes");
   cmd->add_option("--kv-len", flags->kv_len, "Grid: cached tokens per request")->capture_default_str()
-      ->check(CLI::Range(1, 1 << 24));
+      ->check(integer_in(1, 1 << 24));
   cmd->add_option("--iterations", flags->iterations, "Timed iterations per measurement")->capture_default_str()
-      ->check(CLI::Range(1, 100000));
+      ->check(integer_in(1, 100000));
   cmd->callback([flags] {
     if (const int code = run_tune(*flags); code != 0) throw CLI::RuntimeError(code);
   });

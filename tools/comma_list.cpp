@@ -4,8 +4,10 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <charconv>
+#include <string>
 #include <utility>
+
+#include "integer_flag.hpp"
 
 namespace helixmla::tools {
 
@@ -58,15 +60,10 @@ std::vector<std::string> split_items(const std::string& text, char separator) {
 CLI::Option* add_int_list(CLI::App& app, const std::string& name, std::vector<int>& values, std::int64_t min,
                           std::int64_t max, const std::string& description, Repeats repeats) {
   auto read = [name, min, max](const std::string& text, std::size_t index, const std::string& item) {
-    std::int64_t value = 0;
-    const auto [end, error] = std::from_chars(item.data(), item.data() + item.size(), value);
-    if (end != item.data() + item.size() || (error != std::errc() && error != std::errc::result_out_of_range)) {
-      throw CLI::ValidationError(name, item_at(text, index, item) + " is not an integer");
+    if (const std::string complaint = integer_complaint(item, min, max); !complaint.empty()) {
+      throw CLI::ValidationError(name, item_at(text, index, item) + " " + complaint);
     }
-    if (error == std::errc::result_out_of_range || value < min || value > max) {
-      throw CLI::ValidationError(name, item_at(text, index, item) + fmt::format(" is outside [{}, {}]", min, max));
-    }
-    return static_cast<int>(value);
+    return static_cast<int>(std::stoll(item));
   };
   return add_list(app, name, values, description, repeats, read)
       ->type_name(fmt::format("INT[,INT...] in [{} - {}]", min, max));

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "commands.hpp"
+#include "flag_suggestion.hpp"
 #include "helixmla/error.hpp"
 
 int main(int argc, char** argv) {
@@ -43,6 +44,16 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::RuntimeError& e) {
     return e.get_exit_code();  // a command finished with a verdict it already printed
+  } catch (const CLI::ExtrasError& e) {
+    std::cerr << "helixmla: " << e.what() << "\n";
+    const CLI::App* command = app.get_subcommands().empty() ? &app : app.get_subcommands().front();
+    for (int i = 1; i < argc; ++i) {
+      if (const std::string flag = helixmla::tools::nearest_flag(*command, argv[i]); !flag.empty()) {
+        std::cerr << "helixmla: " << argv[i] << ": did you mean " << flag << "?\n";
+      }
+    }
+    std::cerr << "Run 'helixmla --help' or 'helixmla <command> --help'.\n";
+    return 2;
   } catch (const CLI::ParseError& e) {
     std::cerr << "helixmla: " << e.what() << "\nRun 'helixmla --help' or 'helixmla <command> --help'.\n";
     return 2;

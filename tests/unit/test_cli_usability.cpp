@@ -218,6 +218,41 @@ TEST_F(CliUsability, BenchHelpShowsSensibleRangesAndPlainFlags) {
   expect_refused("bench --cases 0", "--cases: entry 0 ('0') of '0' is outside [1, 1073741824]");
 }
 
+// A single integer flag says whether its text is no integer or one out of
+// range (CLI11's range check called "8.5" out of range), on every command.
+TEST_F(CliUsability, IntegerFlagsSayWhetherTheTextIsAnIntegerOrOutOfRange) {
+  const std::pair<const char*, const char*> refused[] = {
+      {"run --heads 8.5", "--heads: '8.5' is not an integer"},
+      {"explain --heads 200", "--heads: '200' is outside [1, 128]"},
+      {"run --batch -1", "--batch: '-1' is outside [0, 1048576]"},
+      {"run --repeat 1e3", "--repeat: '1e3' is not an integer"},
+      {"run --heads 99999999999999999999", "--heads: '99999999999999999999' is outside [1, 128]"},
+      {"explain --page-size 16.0", "--page-size: '16.0' is not an integer"},
+      {"trace --steps 0x10", "--steps: '0x10' is not an integer"},
+      {"tune --iterations 0", "--iterations: '0' is outside [1, 100000]"},
+      {"bench --iterations two", "--iterations: 'two' is not an integer"},
+  };
+  for (const auto& [args, message] : refused) expect_refused(args, message);
+  EXPECT_TRUE(has(helixmla("run --help").out, "--heads INT:INT in [1 - 128]"));
+}
+
+// A flag the command does not have is answered with the nearest one it has,
+// where one is close; a name far from all of them gets no guess.
+TEST_F(CliUsability, AMisspeltFlagGetsTheNearestOne) {
+  const std::pair<const char*, const char*> misspelt[] = {
+      {"run --head 48", "--head: did you mean --heads?"},
+      {"explain --kvlen 100", "--kvlen: did you mean --kv-len?"},
+      {"explain --page 16", "--page: did you mean --page-size?"},
+      {"tune --page-size 16", "--page-size: did you mean --page-sizes?"},
+      {"run --seeed=3", "--seeed=3: did you mean --seed?"},
+  };
+  for (const auto& [args, message] : misspelt) expect_refused(args, message);
+  const CliOutcome far = helixmla("run --temperature 2");
+  EXPECT_EQ(far.code, 2) << far.err;
+  EXPECT_TRUE(has(far.err, "--temperature")) << far.err;
+  EXPECT_FALSE(has(far.err, "did you mean")) << far.err;
+}
+
 // A just-in-time kernel is named once, with the selector's "(JIT)", not a
 // second time by the backend's own note.
 TEST_F(CliUsability, ExplainNamesAJitKernelOnce) {

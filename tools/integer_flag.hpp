@@ -1,0 +1,20 @@
+// Integer flags read strictly. CLI::Range answers "--heads 8.5" with "Value
+// 8.5 not in range 1 to 128", as if 8.5 were a number too large; these
+// checks say whether the text is not an integer or is one out of range.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace helixmla::tools {
+
+// Empty when `text` is a decimal integer in [min, max]; otherwise why not
+// ("is not an integer", "is outside [min, max]"), to follow the quoted text.
+std::string integer_complaint(const std::string& text, std::int64_t min, std::int64_t max);
+
+// A validator for one integer option in [min, max]: "--heads: '8.5' is not an integer".
+CLI::Validator integer_in(std::int64_t min, std::int64_t max);
+
+}  // namespace helixmla::tools
