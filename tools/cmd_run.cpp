@@ -189,7 +189,9 @@ int run_single(const RunFlags& flags) {
                           {"max_abs_err", error.max_abs_err}, {"rel_l2_err", error.rel_l2_err},
                           {"non_finite", error.non_finite},   {"pass", pass},
                           {"device", on_device ? "cuda" : "cpu"}, {"tokens", batch.num_tokens()},
-                          {"layers", flags.layers}};
+                          {"layers", flags.layers}, {"cp", 1},
+                          {"repeat", flags.repeat},           {"reference", "naive float64"},
+                          {"tolerance", tolerance}};
     if (stats) {
       out["stats_ok"] = stats_ok;
       out["stats_max_m_err"] = stats_error.max_m_err;

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 
@@ -234,6 +235,33 @@ TEST_F(Cli, RunReportsQueuedAndIsolatedTimes) {
   o = helixmla("run --backend cpu --heads 8 --kv-len 100 --batch 2 --repeat 1");
   EXPECT_EQ(o.code, 0) << o.both();
   EXPECT_TRUE(has(o.both(), "isolated_us")) << o.both();
+}
+
+// Single and Helix runs print one schema for what a script reads: the same
+// keys name the shape, the time and the verdict, with values of the run.
+TEST_F(Cli, SingleAndHelixRunsShareTheirJsonKeys) {
+  const nlohmann::json single = nlohmann::json::parse(
+      helixmla("run --backend cpu --heads 8 --kv-len 300 --batch 3 --repeat 2 --json").out);
+  const nlohmann::json helix = nlohmann::json::parse(
+      helixmla("run --backend cpu --heads 8 --kv-len 300 --batch 3 --repeat 2 --cp 3 --json").out);
+  for (const char* key : {"backend", "cp", "device", "tokens", "layers", "time_us", "tolerance", "reference", "repeat",
+                          "max_abs_err", "rel_l2_err", "non_finite", "pass"}) {
+    EXPECT_TRUE(single.contains(key)) << key << ": " << single.dump();
+    EXPECT_TRUE(helix.contains(key)) << key << ": " << helix.dump();
+  }
+  EXPECT_EQ(single["cp"], 1);
+  EXPECT_EQ(helix["cp"], 3);
+  for (const nlohmann::json& run : {single, helix}) {
+    EXPECT_EQ(run["device"], "cpu");
+    EXPECT_EQ(run["tokens"], 3);
+    EXPECT_EQ(run["repeat"], 2);
+    EXPECT_EQ(run["reference"], "naive float64");
+    EXPECT_EQ(run["tolerance"], 1e-2);
+    EXPECT_EQ(run["pass"], true);
+    EXPECT_GT(run["time_us"].get<double>(), 0.0);
+    EXPECT_GT(run["rel_l2_err"].get<double>(), 0.0);  // bf16 outputs are never exact
+  }
+  EXPECT_EQ(helix["time_us"], helix["total_us"]);  // no graph timing on the CPU
 }
 
 // --layers runs the step's other layers through the first layer's prepared
