@@ -15,6 +15,7 @@ command's stdout passes through. Exit status: the command's. Sampling at
 10 Hz through NVML is light, but compare suite numbers across sessions with
 the sampler on in both."""
 import datetime
+import os
 import re
 import statistics
 import subprocess
@@ -30,13 +31,30 @@ REASONS = {0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal", 0x40: "h
 BUSY_PERCENT = 50  # samples below this load are the host's work between timings
 
 
-def start_sampler(path):
-    """nvidia-smi sampling GPU 0 (its order) into `path`, or None. GPU 0 is
-    the device gpu-check benches on: its machines run the suite on one GPU."""
+def benched_gpu(env):
+    """The benched device as nvidia-smi's -i names it. helixmla benches CUDA
+    device HELIXMLA_DEVICE (default 0) among CUDA_VISIBLE_DEVICES; the bench
+    runs with CUDA_DEVICE_ORDER=PCI_BUS_ID (set by main), which is
+    nvidia-smi's order, so an index or UUID in the visible list names the
+    same card for both."""
+    device = env.get("HELIXMLA_DEVICE", "0").strip() or "0"
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return device
+    entries = [v.strip() for v in visible.split(",") if v.strip()]
+    if not device.isdigit() or int(device) >= len(entries):
+        return None  # the bench refuses it; nothing to sample
+    return entries[int(device)]
+
+
+def start_sampler(path, gpu):
+    """nvidia-smi sampling `gpu` into `path`, or None."""
+    if gpu is None:
+        return None
     for reason in REASON_FIELDS:
         query = f"--query-gpu={FIELDS},{reason}"
         try:
-            probe = subprocess.run(["nvidia-smi", query, "--format=csv,noheader,nounits", "-i", "0"],
+            probe = subprocess.run(["nvidia-smi", query, "--format=csv,noheader,nounits", "-i", gpu],
                                    capture_output=True, text=True)
         except OSError:
             return None  # no nvidia-smi
@@ -44,7 +62,7 @@ def start_sampler(path):
             with open(path, "w") as out:
                 out.write(f"{FIELDS},reasons\n")
                 out.flush()
-                sampler = subprocess.Popen(["nvidia-smi", query, "--format=csv,noheader,nounits", "-i", "0",
+                sampler = subprocess.Popen(["nvidia-smi", query, "--format=csv,noheader,nounits", "-i", gpu,
                                             "-lms", "100"], stdout=out, stderr=subprocess.DEVNULL)
             # nvidia-smi takes a moment to its first sample: a short bench
             # (one or two cases) was over before it began.
@@ -77,12 +95,12 @@ def parse_samples(path):
     return samples
 
 
-def run_bench(command, err_path):
+def run_bench(command, err_path, env):
     """Runs the bench, stamping each stderr line with its arrival time;
     returns the exit status and the (time, case or None) marks."""
     marks = []
     with open(err_path, "w") as err:
-        bench = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+        bench = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
         for line in bench.stderr:
             now = time.time()
             err.write(f"{now:.3f} {line}")
@@ -119,9 +137,11 @@ def main():
     if len(sys.argv) < 4 or sys.argv[2] != "--":
         sys.exit(__doc__)
     out_dir, command = sys.argv[1], sys.argv[3:]
-    sampler = start_sampler(f"{out_dir}/clocks.csv")
+    env = dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID")
+    gpu = benched_gpu(env)
+    sampler = start_sampler(f"{out_dir}/clocks.csv", gpu)
     try:
-        status, marks = run_bench(command, f"{out_dir}/bench.err")
+        status, marks = run_bench(command, f"{out_dir}/bench.err", env)
     except OSError as e:
         print(f"bench_clocks: cannot run {command[0]}: {e.strerror}", file=sys.stderr)
         return 127
@@ -130,7 +150,7 @@ def main():
             time.sleep(0.3)  # the last samples
             sampler.terminate()
             sampler.wait()
-    table = ("clocks: nvidia-smi could not be queried; no per-case clocks\n" if sampler is None
+    table = (f"clocks: nvidia-smi could not be queried for GPU {gpu}; no per-case clocks\n" if sampler is None
              else clock_table(parse_samples(f"{out_dir}/clocks.csv"), marks))
     with open(f"{out_dir}/bench-clocks.txt", "w") as out:
         out.write(table)
