@@ -14,7 +14,9 @@ long long parse_env_integer(const char* name, const char* text, long long lowest
   const long long value = std::strtoll(text, &end, 10);
   if (end == text || *end != '\0' || errno == ERANGE || value < lowest || value > most) {
     throw InvalidArgument(name, -1, text,
-                          "must be an integer from " + std::to_string(lowest) + " to " + std::to_string(most));
+                          most == kEnvIntegerLimit
+                              ? "must be an integer of at least " + std::to_string(lowest)
+                              : "must be an integer from " + std::to_string(lowest) + " to " + std::to_string(most));
   }
   return value;
 }

@@ -5,9 +5,13 @@
 
 namespace helixmla {
 
+// The bound of a variable with no upper bound of its own: far past any
+// device index or timeout, and it keeps values within int.
+inline constexpr long long kEnvIntegerLimit = 1LL << 30;
+
 // `text` (the value of variable `name`) as an integer in [lowest, most];
 // anything else (trailing characters, out of range, overflow) throws
 // InvalidArgument naming the variable and the range.
-long long parse_env_integer(const char* name, const char* text, long long lowest, long long most = 1LL << 30);
+long long parse_env_integer(const char* name, const char* text, long long lowest, long long most = kEnvIntegerLimit);
 
 }  // namespace helixmla

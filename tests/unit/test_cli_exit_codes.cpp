@@ -219,9 +219,14 @@ TEST_F(Cli, RunRefusesFlagsItWouldIgnore) {
 // HELIXMLA_DEVICE is read on every machine: a value that is no device index
 // is an error naming the variable even where there is no GPU to choose.
 TEST_F(Cli, AMalformedDeviceVariableIsRefused) {
-  const CliOutcome o = run_cli("run --backend cpu --heads 8 --kv-len 64 --batch 1", "HELIXMLA_DEVICE=abc");
-  EXPECT_EQ(o.code, 2) << o.both();
-  EXPECT_TRUE(has(o.both(), "HELIXMLA_DEVICE")) << o.both();
+  for (const char* value : {"abc", "-1", "0x1"}) {
+    const CliOutcome o = run_cli("run --backend cpu --heads 8 --kv-len 64 --batch 1",
+                                 std::string("HELIXMLA_DEVICE=") + value);
+    EXPECT_EQ(o.code, 2) << o.both();
+    // Before any device is counted, the variable has no upper bound to name.
+    EXPECT_TRUE(has(o.both(), std::string("HELIXMLA_DEVICE = ") + value + ": must be an integer of at least 0"))
+        << o.both();
+  }
 }
 
 // Both timings `bench` reports: the queued median as time_us, the isolated
