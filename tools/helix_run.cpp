@@ -288,8 +288,8 @@ int run_helix_command(const ProblemFlags& flags, int cp, const std::vector<int>&
       std::cout << fmt::format("back to back: without Helix {:.1f} us; whole-step speedup {:.2f}x\n",
                                *baseline.steady_us, *steady_speedup);
     }
-    std::cout << fmt::format("result: {} against the {} (relative L2 tolerance {:.0e}{}), median of {}\n",
-                             pass ? "PASS" : "FAIL", "naive float64", tolerance,
+    std::cout << fmt::format("result: {} against the naive float64 (relative L2 tolerance {:.0e}{}), median of {}\n",
+                             pass ? "PASS" : "FAIL", tolerance,
                              error.non_finite
                                  ? fmt::format(", {} non-finite outputs", error.non_finite)
                                  : "",
