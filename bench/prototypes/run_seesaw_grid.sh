@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds bench/prototypes/seesaw_wgmma.cu as it is and as committed at
-# REV (default 280b68b, one item a block), then times both on case 1's
+# REV (default 280b68b, one item a block; or the file ONE_ITEM_SRC), then times both on case 1's
 # shape and on the item-cost probe's 64-head shapes with one item a block
 # and with GRID blocks walking several (session 40); checks the outputs
 # first, and runs memcheck and racecheck on small batches walked by a
@@ -10,7 +10,13 @@ cd "$(dirname "$0")"
 out=${OUT:-/tmp}
 flags="-std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -lcuda"
 nvcc $flags seesaw_wgmma.cu -o "$out/seesaw_grid" || exit 1
-if git -C . show "${REV:-280b68b}:bench/prototypes/seesaw_wgmma.cu" >"$out/seesaw_one.cu" 2>/dev/null; then
+# ONE_ITEM_SRC: that file instead (a tree without git history).
+if [ -n "${ONE_ITEM_SRC:-}" ]; then
+  cp "$ONE_ITEM_SRC" "$out/seesaw_one.cu"
+else
+  git -C . show "${REV:-280b68b}:bench/prototypes/seesaw_wgmma.cu" >"$out/seesaw_one.cu" 2>/dev/null
+fi
+if [ -s "$out/seesaw_one.cu" ]; then
   nvcc $flags "$out/seesaw_one.cu" -o "$out/seesaw_one" || exit 1
 fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
