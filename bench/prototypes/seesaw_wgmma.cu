@@ -241,10 +241,10 @@ __global__ void __launch_bounds__(256, 1) seesaw_kernel(const __grid_constant__ 
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   if (tid < kM) m_s[tid] = -INFINITY;
-  // Q of item `w` from `threads` threads starting at `first`; rows past the
-  // heads are zero: finite S, never stored.
-  auto load_q = [&](const Item& w, int first, int threads) {
-    for (int i = tid - first; i < kM * (kD / 8); i += threads) {
+  // Q of item `w`, copied by threads [0, threads); rows past the heads are
+  // zero: finite S, never stored.
+  auto load_q = [&](const Item& w, int threads) {
+    for (int i = tid; i < kM * (kD / 8); i += threads) {
       const int r = i / (kD / 8), c = i % (kD / 8);
       const int h = w.rt * kM + r;
       const bool valid = h < p.heads;
@@ -253,7 +253,7 @@ __global__ void __launch_bounds__(256, 1) seesaw_kernel(const __grid_constant__ 
     }
   };
   Item cur = item_at(0);
-  load_q(cur, 0, 256);
+  load_q(cur, 256);
   asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
   fence_proxy_async();
   __syncthreads();
@@ -489,7 +489,7 @@ __global__ void __launch_bounds__(256, 1) seesaw_kernel(const __grid_constant__ 
       // Both warpgroups' S of this item are done (warpgroup 1 is past its
       // softmax): Q is free for the next item's.
       if (item_last && !last) {
-        load_q(item_at(gp / pairs + 1), 0, 128);
+        load_q(item_at(gp / pairs + 1), 128);
         asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(q_bar) : "memory");
       }
       // Blocks 0-3 of buffer 0 (V's left half) are read by nobody else.
