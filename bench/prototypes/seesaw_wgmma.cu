@@ -23,17 +23,8 @@
 //
 // Simplified against the library: page size 64, kv_len a multiple of 128
 // per split (no masking, even tile count), exact rescaling, no stats.
-//
-// GRID (session 40): a block walks items blockIdx.x, + GRID, + 2 GRID, ...
-// (GRID = items: one item a block, the library's launch). Question: what an
-// item beyond a block's first costs when the block carries its KV ring
-// across items (bench/RESULTS.md, session 40: 10.7 us an added item on the
-// library's engine, each block filling its ring from nothing). In an item's
-// last pair the refills load the next item's first pair, warpgroup 0
-// reloads Q once both warpgroups' last S is done (an mbarrier of its own),
-// and S of the next item's first pair is issued before this item's epilogue.
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a seesaw_wgmma.cu -o seesaw -lcuda
-//   ./seesaw REQUESTS KV_LEN HEADS SPLITS [VERIFY=1] [ITERS=50] [GRID=items]
+//   ./seesaw REQUESTS KV_LEN HEADS SPLITS [VERIFY=1] [ITERS=50]
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -65,11 +56,11 @@ constexpr int kRopeBlock = kBlocks - 1;   // where each warpgroup's P lives
 // Shared memory: Q, two KV buffers, 18 mbarriers, row state.
 constexpr int kQOff = 0;
 constexpr int kKvOff = kTileBytes;
-constexpr int kBarOff = 3 * kTileBytes;  // [buffer][block] for the KV, then one for Q's reloads
-constexpr int kRowOff = kBarOff + (2 * kBlocks + 1) * 8;
+constexpr int kBarOff = 3 * kTileBytes;
+constexpr int kRowOff = kBarOff + 2 * kBlocks * 8;
 constexpr int kSmemBytes = kRowOff + 5 * kM * 4 + 1024;  // + alignment slack
 // Named barriers between the warpgroups (id 0 is __syncthreads).
-constexpr int kScale0Ready = 1, kScale1Ready = 2, kP0Ready = 3, kP1Issued = 4, kItemDone = 5;
+constexpr int kScale0Ready = 1, kScale1Ready = 2, kP0Ready = 3, kP1Issued = 4;
 
 // COPY_CPASYNC=1: each part's copies are issued by all 128 threads of the
 // warpgroup that frees it (16-byte cp.async, completing on the part's
@@ -83,7 +74,7 @@ struct Params {
   const __nv_bfloat16* q;   // [B][H][576]
   const __nv_bfloat16* pool;  // [pages][64][576]
   const int* page_table;    // [B][max_pages]
-  int heads, row_tiles, max_pages, kv_len, splits, items;
+  int heads, row_tiles, max_pages, kv_len, splits;
   float scale_log2;         // softmax scale * log2(e)
   __nv_bfloat16* out;       // [B][H][512] (splits == 1)
   float* part_o;            // [B][splits][H][512], normalised
@@ -107,8 +98,8 @@ __device__ __forceinline__ void pin(float (&r)[N]) {
 __device__ __forceinline__ void bar_sync(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
 __device__ __forceinline__ void bar_arrive(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
 
-__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+__device__ __forceinline__ void mbar_init(u32 bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "n"(kBarrierCount) : "memory");
 }
 __device__ __forceinline__ void cp_async_arrive(u32 bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
@@ -213,47 +204,28 @@ __global__ void __launch_bounds__(256, 1) seesaw_kernel(const __grid_constant__ 
   const int g = lane >> 2, c4 = lane & 3;
   const int row_lo = warp * 16 + g, row_hi = row_lo + 8;
 
+  const int item = blockIdx.x;
+  const int split = item % p.splits;
+  const int rt = (item / p.splits) % p.row_tiles;
+  const int b = item / (p.splits * p.row_tiles);
   const int split_tokens = p.kv_len / p.splits;
-  const int pairs = split_tokens / (2 * kT);  // every item's
-  const int my_items = (p.items - static_cast<int>(blockIdx.x) + gridDim.x - 1) / gridDim.x;
-  if (my_items <= 0) return;
-  const int total = my_items * pairs;  // pairs this block runs, over all its items
-  struct Item {
-    int b, rt, split;
-    const int* pages;  // the split's first page-table entry
-  };
-  auto item_at = [&](int k) {  // the block's k-th item
-    const int it = static_cast<int>(blockIdx.x) + k * static_cast<int>(gridDim.x);
-    Item w;
-    w.split = it % p.splits;
-    w.rt = (it / p.splits) % p.row_tiles;
-    w.b = it / (p.splits * p.row_tiles);
-    w.pages = p.page_table + w.b * p.max_pages + w.split * split_tokens / kT;
-    return w;
-  };
-  // The page of tile `t` (0, 1) of the block's pair `gp` (pairs numbered across items).
-  auto page_of = [&](int gp, int t) { return item_at(gp / pairs).pages[2 * (gp % pairs) + t]; };
-  const u32 q_bar = bar0 + 8 * 2 * kBlocks;
+  const int tile0 = split * split_tokens / kT;
+  const int pairs = split_tokens / (2 * kT);
+  const int* pages = p.page_table + b * p.max_pages + tile0;
 
   if (tid == 0) {
-    for (int i = 0; i < 2 * kBlocks; ++i) mbar_init(bar0 + 8 * i, kBarrierCount);
-    mbar_init(q_bar, 128);  // warpgroup 0's threads, one cp.async arrival each
+    for (int i = 0; i < 2 * kBlocks; ++i) mbar_init(bar0 + 8 * i);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   if (tid < kM) m_s[tid] = -INFINITY;
-  // Q of item `w`, copied by threads [0, threads); rows past the heads are
-  // zero: finite S, never stored.
-  auto load_q = [&](const Item& w, int threads) {
-    for (int i = tid; i < kM * (kD / 8); i += threads) {
-      const int r = i / (kD / 8), c = i % (kD / 8);
-      const int h = w.rt * kM + r;
-      const bool valid = h < p.heads;
-      const __nv_bfloat16* src = p.q + (static_cast<long long>(w.b) * p.heads + (valid ? h : 0)) * kD + 8 * c;
-      cp_async_16(q_s + (c >> 3) * kBlockBytes + r * 128 + (((c & 7) ^ (r & 7)) << 4), src, valid);
-    }
-  };
-  Item cur = item_at(0);
-  load_q(cur, 256);
+  // Q rows past the heads are zero: finite S, never stored.
+  for (int i = tid; i < kM * (kD / 8); i += 256) {
+    const int r = i / (kD / 8), c = i % (kD / 8);
+    const int h = rt * kM + r;
+    const bool valid = h < p.heads;
+    const __nv_bfloat16* src = p.q + (static_cast<long long>(b) * p.heads + (valid ? h : 0)) * kD + 8 * c;
+    cp_async_16(q_s + (c >> 3) * kBlockBytes + r * 128 + (((c & 7) ^ (r & 7)) << 4), src, valid);
+  }
   asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
   fence_proxy_async();
   __syncthreads();
@@ -265,6 +237,7 @@ __global__ void __launch_bounds__(256, 1) seesaw_kernel(const __grid_constant__ 
   float s[32];
   u32 pa[4][4];
   float l_lo = 0.0f, l_hi = 0.0f;
+
   // Descriptors are linear in the address: each step adds a constant to a
   // base computed once, so ptxas keeps no descriptor per step.
   const u64 q_desc_base = smem_desc(q_s, 16, 1024);
@@ -405,74 +378,22 @@ __global__ void __launch_bounds__(256, 1) seesaw_kernel(const __grid_constant__ 
 #endif
   };
   if (wg == 0) {
-    load_part(0, 0, 4, -1, page_of(0, 0));
-    load_part(1, 0, 4, kRopeBlock, page_of(0, 1));
+    load_part(0, 0, 4, -1, pages[0]);
+    load_part(1, 0, 4, kRopeBlock, pages[1]);
   } else {
-    load_part(1, 4, 8, -1, page_of(0, 1));
-    load_part(0, 4, kBlocks, -1, page_of(0, 0));
+    load_part(1, 4, 8, -1, pages[1]);
+    load_part(0, 4, kBlocks, -1, pages[0]);
   }
 
   issue_s(0, kBlocks, 0, true);
   wgmma_wait<0>();
   pin(s);
 
-  // The item's output: l over the quad, then both warpgroups' (each holds
-  // its own tiles'); m_s back to -inf for the next item once read.
-  auto finish_item = [&](const Item& w) {
-#pragma unroll
-    for (int off = 1; off < 4; off <<= 1) {
-      l_lo += __shfl_xor_sync(0xffffffffu, l_lo, off);
-      l_hi += __shfl_xor_sync(0xffffffffu, l_hi, off);
-    }
-    if (c4 == 0) {
-      l_s[wg * kM + row_lo] = l_lo;
-      l_s[wg * kM + row_hi] = l_hi;
-    }
-    bar_sync(kItemDone);  // both warpgroups' l are out, and their softmaxes of this item done
-    const float lt_lo = l_s[row_lo] + l_s[kM + row_lo];
-    const float lt_hi = l_s[row_hi] + l_s[kM + row_hi];
-    const int h_lo = w.rt * kM + row_lo, h_hi = w.rt * kM + row_hi;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int h = half ? h_hi : h_lo;
-      if (h >= p.heads) continue;
-      const float inv = 1.0f / (half ? lt_hi : lt_lo);
-      const long long row = static_cast<long long>(w.b) * p.heads + h;
-      if (p.splits == 1) {
-        __nv_bfloat16* dst = p.out + row * kDV + 256 * wg + 2 * c4;
-#pragma unroll
-        for (int j = 0; j < 32; ++j)
-          *reinterpret_cast<u32*>(dst + 8 * j) = pack_bf16(o[4 * j + 2 * half] * inv, o[4 * j + 2 * half + 1] * inv);
-      } else {
-        const long long prow = (static_cast<long long>(w.b) * p.splits + w.split) * p.heads + h;
-        float* dst = p.part_o + prow * kDV + 256 * wg + 2 * c4;
-#pragma unroll
-        for (int j = 0; j < 32; ++j)
-          *reinterpret_cast<float2*>(dst + 8 * j) =
-              make_float2(o[4 * j + 2 * half] * inv, o[4 * j + 2 * half + 1] * inv);
-        if (wg == 0 && c4 == 0) p.part_lse[prow] = m_s[half ? row_hi : row_lo] + log2f(half ? lt_hi : lt_lo);
-      }
-    }
-    // Warpgroup 0's quads own their rows' m_s; warpgroup 1 reads it next
-    // only after warpgroup 0's next kScale0Ready.
-    if (wg == 0 && c4 == 0) {
-      m_s[row_lo] = -INFINITY;
-      m_s[row_hi] = -INFINITY;
-    }
-    __syncwarp();
-#pragma unroll
-    for (int i = 0; i < 128; ++i) o[i] = 0.0f;
-    l_lo = l_hi = 0.0f;
-  };
-
-  int q_reloads = 0;
-  for (int gp = 0; gp < total; ++gp) {
-    const bool item_last = gp % pairs == pairs - 1;
-    const bool last = gp + 1 == total;
-    const u32 next_parity = (gp + 1) & 1;
-    const int page_next0 = last ? 0 : page_of(gp + 1, 0);
-    const int page_next1 = last ? 0 : page_of(gp + 1, 1);
-    const u32 q_parity = q_reloads & 1;
+  for (int i = 0; i < pairs; ++i) {
+    const bool last = i + 1 == pairs;
+    const u32 next_parity = (i + 1) & 1;
+    const int page_next0 = last ? 0 : pages[2 * i + 2];
+    const int page_next1 = last ? 0 : pages[2 * i + 3];
     if (wg == 0) {
       float f_lo, f_hi;
       const float2 sum = softmax(f_lo, f_hi);
@@ -486,12 +407,6 @@ __global__ void __launch_bounds__(256, 1) seesaw_kernel(const __grid_constant__ 
       wgmma_wait<0>();
       pin(o);
       bar_sync(kScale1Ready);
-      // Both warpgroups' S of this item are done (warpgroup 1 is past its
-      // softmax): Q is free for the next item's.
-      if (item_last && !last) {
-        load_q(item_at(gp / pairs + 1), 128);
-        asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(q_bar) : "memory");
-      }
       // Blocks 0-3 of buffer 0 (V's left half) are read by nobody else.
       if (!last) load_part(0, 0, 4, -1, page_next0);
       const float g_lo = scale1_s[row_lo], g_hi = scale1_s[row_hi];
@@ -504,17 +419,11 @@ __global__ void __launch_bounds__(256, 1) seesaw_kernel(const __grid_constant__ 
       l_hi *= g_hi;
       issue_pv_remote();
       if (!last) {
-        if (item_last) {
-          mbar_wait(q_bar, q_parity);
-          fence_proxy_async();  // cp.async writes, read next by wgmma
-        }
         issue_s(0, 4, next_parity, true);
         wgmma_wait<4>();  // P1 V1L done: buffer 1's left half and P1's block are free
         load_part(1, 0, 4, kRopeBlock, page_next1);
         issue_s(4, kBlocks, next_parity, false);
       }
-      // Each branch waits for its own matrix steps (the library found ptxas
-      // serialising them when waited for after the branches join).
       wgmma_wait<0>();
       pin(o);
       pin(s);
@@ -540,24 +449,46 @@ __global__ void __launch_bounds__(256, 1) seesaw_kernel(const __grid_constant__ 
         load_part(1, 4, 8, -1, page_next1);
         wgmma_wait<0>();  // P0 V0R done: buffer 0's right half and P0's block are free
         load_part(0, 4, kBlocks, -1, page_next0);
-        if (item_last) {
-          mbar_wait(q_bar, q_parity);
-          fence_proxy_async();
-        }
         issue_s(0, kBlocks, next_parity, true);
       }
       wgmma_wait<0>();
       pin(o);
       pin(s);
     }
-    // The next item's first S is done too (it ran under this item's last
-    // P V); its epilogue holds no matrix step in flight.
-    if (item_last) {
-      finish_item(cur);
-      if (!last) {
-        ++q_reloads;
-        cur = item_at(gp / pairs + 1);
-      }
+  }
+
+  // l: the quad's partial sums, then both warpgroups' (each holds its own tiles').
+#pragma unroll
+  for (int off = 1; off < 4; off <<= 1) {
+    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, off);
+    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, off);
+  }
+  if (c4 == 0) {
+    l_s[wg * kM + row_lo] = l_lo;
+    l_s[wg * kM + row_hi] = l_hi;
+  }
+  __syncthreads();
+  const float lt_lo = l_s[row_lo] + l_s[kM + row_lo];
+  const float lt_hi = l_s[row_hi] + l_s[kM + row_hi];
+  const int h_lo = rt * kM + row_lo, h_hi = rt * kM + row_hi;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int h = half ? h_hi : h_lo;
+    if (h >= p.heads) continue;
+    const float inv = 1.0f / (half ? lt_hi : lt_lo);
+    const long long row = static_cast<long long>(b) * p.heads + h;
+    if (p.splits == 1) {
+      __nv_bfloat16* dst = p.out + row * kDV + 256 * wg + 2 * c4;
+#pragma unroll
+      for (int j = 0; j < 32; ++j)
+        *reinterpret_cast<u32*>(dst + 8 * j) = pack_bf16(o[4 * j + 2 * half] * inv, o[4 * j + 2 * half + 1] * inv);
+    } else {
+      const long long prow = (static_cast<long long>(b) * p.splits + split) * p.heads + h;
+      float* dst = p.part_o + prow * kDV + 256 * wg + 2 * c4;
+#pragma unroll
+      for (int j = 0; j < 32; ++j)
+        *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o[4 * j + 2 * half] * inv, o[4 * j + 2 * half + 1] * inv);
+      if (wg == 0 && c4 == 0) p.part_lse[prow] = m_s[half ? row_hi : row_lo] + log2f(half ? lt_hi : lt_lo);
     }
   }
 }
@@ -630,7 +561,7 @@ typedef CUresult (*EncodeTiled)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, v
 
 int main(int argc, char** argv) {
   if (argc < 5) {
-    std::printf("usage: %s REQUESTS KV_LEN HEADS SPLITS [VERIFY=1] [ITERS=50] [GRID=items]\n", argv[0]);
+    std::printf("usage: %s REQUESTS KV_LEN HEADS SPLITS [VERIFY=1] [ITERS=50]\n", argv[0]);
     return 2;
   }
   const int B = std::atoi(argv[1]), kv_len = std::atoi(argv[2]), H = std::atoi(argv[3]), splits = std::atoi(argv[4]);
@@ -700,14 +631,8 @@ int main(int argc, char** argv) {
   p.part_lse = d_part_lse;
   CHECK(cudaFuncSetAttribute(seesaw_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   const int items = B * p.row_tiles * splits;
-  p.items = items;
-  const int grid = argc > 7 ? std::min(std::atoi(argv[7]), items) : items;
-  if (grid < 1) {
-    std::printf("GRID must be at least 1\n");
-    return 2;
-  }
   auto launch = [&] {
-    seesaw_kernel<<<grid, 256, kSmemBytes>>>(map, p);
+    seesaw_kernel<<<items, 256, kSmemBytes>>>(map, p);
     if (splits > 1) combine_kernel<<<dim3(H, B), 128>>>(p);
   };
   launch();
@@ -752,7 +677,7 @@ int main(int argc, char** argv) {
   const double rows = static_cast<double>(p.row_tiles) * kM;  // padded, as the matrix steps run them
   const double flop = 2.0 * B * rows * kv_len * (kD + kDV);
   const double bytes = static_cast<double>(B) * kv_len * kD * 2;
-  std::printf("B=%d kv=%d H=%d splits=%d items=%d grid=%d: %.1f us  %.1f TFLOP/s (padded rows)  %.0f GB/s\n", B,
-              kv_len, H, splits, items, grid, us, flop / us * 1e-6, bytes / us * 1e-3);
+  std::printf("B=%d kv=%d H=%d splits=%d items=%d: %.1f us  %.1f TFLOP/s (padded rows)  %.0f GB/s\n", B, kv_len, H,
+              splits, items, us, flop / us * 1e-6, bytes / us * 1e-3);
   return 0;
 }
