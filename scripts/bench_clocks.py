@@ -32,19 +32,35 @@ BUSY_PERCENT = 50  # samples below this load are the host's work between timings
 
 
 def benched_gpu(env):
-    """The benched device as nvidia-smi's -i names it. helixmla benches CUDA
-    device HELIXMLA_DEVICE (default 0) among CUDA_VISIBLE_DEVICES; the bench
-    runs with CUDA_DEVICE_ORDER=PCI_BUS_ID (set by main), which is
-    nvidia-smi's order, so an index or UUID in the visible list names the
-    same card for both."""
-    device = env.get("HELIXMLA_DEVICE", "0").strip() or "0"
+    """The benched device as nvidia-smi's -i names it, or None where it
+    cannot be told. helixmla benches CUDA device HELIXMLA_DEVICE (default 0)
+    among CUDA_VISIBLE_DEVICES, whose list CUDA reads up to its first empty
+    or malformed entry. An index names the same card for both only in PCI
+    bus order (nvidia-smi's), which main sets unless the caller chose an
+    order; a UUID names it in any order. MIG instances are not sampled:
+    their clocks are the parent card's, which the index does not name."""
+    try:
+        device = int(env.get("HELIXMLA_DEVICE", "0").strip() or "0")
+    except ValueError:
+        return None  # the bench refuses it
     visible = env.get("CUDA_VISIBLE_DEVICES")
     if visible is None:
-        return device
-    entries = [v.strip() for v in visible.split(",") if v.strip()]
-    if not device.isdigit() or int(device) >= len(entries):
-        return None  # the bench refuses it; nothing to sample
-    return entries[int(device)]
+        entries = [str(device)]
+        device = 0
+    else:
+        entries = []
+        for entry in (e.strip() for e in visible.split(",")):
+            if not (entry.isdigit() or entry.startswith("GPU-") or entry.startswith("MIG-")):
+                break
+            entries.append(entry)
+    if device < 0 or device >= len(entries):
+        return None
+    chosen = entries[device]
+    if chosen.startswith("MIG-"):
+        return None
+    if chosen.isdigit() and env.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
+        return None
+    return chosen
 
 
 def start_sampler(path, gpu):
@@ -137,7 +153,8 @@ def main():
     if len(sys.argv) < 4 or sys.argv[2] != "--":
         sys.exit(__doc__)
     out_dir, command = sys.argv[1], sys.argv[3:]
-    env = dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID")
+    env = dict(os.environ)
+    env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     gpu = benched_gpu(env)
     sampler = start_sampler(f"{out_dir}/clocks.csv", gpu)
     try:
@@ -150,7 +167,9 @@ def main():
             time.sleep(0.3)  # the last samples
             sampler.terminate()
             sampler.wait()
-    table = (f"clocks: nvidia-smi could not be queried for GPU {gpu}; no per-case clocks\n" if sampler is None
+    why = (f"nvidia-smi could not be queried for GPU {gpu}" if gpu is not None else
+           "the benched GPU cannot be named for nvidia-smi (HELIXMLA_DEVICE, CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER)")
+    table = (f"clocks: {why}; no per-case clocks\n" if sampler is None
              else clock_table(parse_samples(f"{out_dir}/clocks.csv"), marks))
     with open(f"{out_dir}/bench-clocks.txt", "w") as out:
         out.write(table)

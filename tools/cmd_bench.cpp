@@ -179,7 +179,7 @@ void add_bench_command(CLI::App& app) {
   add_int_list(*cmd, "--cases", flags->cases, 1, kMaxSuiteInteger, "Only these case ids, e.g. 1,4,8");
   cmd->add_option("--backend", flags->backend, "Force a backend instead of the selector's choice");
   cmd->add_option("--iterations", flags->iterations, "Timed iterations per case (median reported)")
-      ->capture_default_str()->check(integer_in(1, 100000));
+      ->capture_default_str()->transform(integer_in(1, 100000));
   // Callbacks rather than CLI11's "!" negation, which the help would show as "--no-graphs{false}".
   cmd->add_flag_callback("--no-graphs", [flags] { flags->graphs = false; },
                          "Launch directly instead of replaying CUDA graphs");

@@ -189,7 +189,7 @@ void add_explain_command(CLI::App& app) {
       });
   cmd->add_option("--cp", flags->cp, "Helix context-parallel size; > 1 turns Helix on (with float32 stats)")
       ->capture_default_str()
-      ->check(integer_in(1, 1024));
+      ->transform(integer_in(1, 1024));
   cmd->add_option("--profile", flags->profile,
                   "Explain with a profile's described backends (a name such as trtllm, or a .json path) instead "
                   "of the built-in ones; its scope sets the phases explained, and the architecture when it does "

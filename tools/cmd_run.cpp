@@ -238,13 +238,13 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--layers", flags->layers,
                   "Layers of the step (each its own Q, KV values and KV scale) run through one prepared run, "
                   "as an engine does; every layer is checked")
-      ->capture_default_str()->check(integer_in(1, 64));
+      ->capture_default_str()->transform(integer_in(1, 64));
   cmd->add_option("--cp", flags->cp, "Helix context-parallel ranks (>1 splits the KV over ranks)")
-      ->capture_default_str()->check(integer_in(1, 64));
+      ->capture_default_str()->transform(integer_in(1, 64));
   add_int_list(*cmd, "--devices", flags->devices, 0, std::numeric_limits<int>::max(),
                "One GPU per Helix rank, e.g. 0,1 (see --exchange; default: every rank in process on one GPU)");
   cmd->add_option("--repeat", flags->repeat, "Timed repetitions (the median is reported)")
-      ->capture_default_str()->check(integer_in(1, 100000));
+      ->capture_default_str()->transform(integer_in(1, 100000));
   cmd->add_flag("--json", flags->json, "Print one JSON object instead of the table");
   add_helix_flags(*cmd, flags->helix);
   cmd->callback([flags, cmd] {

@@ -184,11 +184,11 @@ void add_trace_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "trace", "Decode steps through one prepared run, refreshed each step as under a captured CUDA graph (GPU)");
   add_problem_flags(*cmd, flags->problem);
-  cmd->add_option("--steps", flags->steps, "Decode steps")->capture_default_str()->check(integer_in(1, 1 << 20));
+  cmd->add_option("--steps", flags->steps, "Decode steps")->capture_default_str()->transform(integer_in(1, 1 << 20));
   cmd->add_option("--lifetime", flags->lifetime,
                   "Mean steps before a request is replaced by one of a random length (0: never); lengths are "
                   "drawn between the smallest and largest --kv-len")
-      ->capture_default_str()->check(integer_in(0, 1 << 30));
+      ->capture_default_str()->transform(integer_in(0, 1 << 30));
   cmd->add_option("--padding", flags->padding,
                   "Share of replaced requests that become padding (q_len tokens of KV, as an engine pads its "
                   "batch to a captured size) until replaced in turn")
@@ -202,9 +202,9 @@ void add_trace_command(CLI::App& app) {
                    : "'" + value + "' is not a share in [0, 1]";
       });
   cmd->add_option("--every", flags->every, "Time and check every Nth step against a run of its own plan")
-      ->capture_default_str()->check(integer_in(1, 1 << 20));
+      ->capture_default_str()->transform(integer_in(1, 1 << 20));
   cmd->add_option("--iterations", flags->iterations, "Queued calls timed per checked step")
-      ->capture_default_str()->check(integer_in(1, 10000));
+      ->capture_default_str()->transform(integer_in(1, 10000));
   cmd->callback([flags] {
     if (flags->problem.contexts > 0) {
       throw CLI::ValidationError("--contexts", "trace runs decode steps: generations only");

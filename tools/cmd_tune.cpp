@@ -132,9 +132,9 @@ void add_tune_command(CLI::App& app) {
   add_int_list(*cmd, "--batches", flags->batches, 1, 1 << 20, "Grid: batch sizes");
   add_name_list(*cmd, "--kv-dtypes", flags->kv_dtypes, kv_dtype_complaint, "Grid: KV dtypes");
   cmd->add_option("--kv-len", flags->kv_len, "Grid: cached tokens per request")->capture_default_str()
-      ->check(integer_in(1, 1 << 24));
+      ->transform(integer_in(1, 1 << 24));
   cmd->add_option("--iterations", flags->iterations, "Timed iterations per measurement")->capture_default_str()
-      ->check(integer_in(1, 100000));
+      ->transform(integer_in(1, 100000));
   cmd->callback([flags] {
     if (const int code = run_tune(*flags); code != 0) throw CLI::RuntimeError(code);
   });

@@ -25,13 +25,14 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
 
 }  // namespace
 
-std::string nearest_flag(const CLI::App& command, const std::string& unknown) {
+std::string nearest_flags(const CLI::App& command, const std::string& unknown) {
   if (unknown.rfind("--", 0) != 0) return {};
   const std::string name = unknown.substr(2, unknown.find('=') - 2);
+  if (name.empty()) return {};
   // Two edits catch a dropped, doubled or swapped letter or dash; a shorter
   // name than that would match nearly any flag.
   const std::size_t reach = name.size() < 4 ? 1 : 2;
-  std::string best;
+  std::vector<std::string> best;
   std::size_t best_distance = reach + 1;
   for (const CLI::Option* option : command.get_options()) {
     for (const std::string& flag : option->get_lnames()) {
@@ -40,11 +41,14 @@ std::string nearest_flag(const CLI::App& command, const std::string& unknown) {
       const std::size_t distance = flag.rfind(name, 0) == 0 ? 1 : edit_distance(name, flag);
       if (distance < best_distance) {
         best_distance = distance;
-        best = "--" + flag;
+        best.clear();
       }
+      if (distance == best_distance) best.push_back("--" + flag);
     }
   }
-  return best;
+  std::string text;
+  for (std::size_t i = 0; i < best.size(); ++i) text += (i == 0 ? "" : i + 1 == best.size() ? " or " : ", ") + best[i];
+  return text;
 }
 
 }  // namespace helixmla::tools

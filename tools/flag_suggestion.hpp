@@ -9,8 +9,9 @@
 
 namespace helixmla::tools {
 
-// The long flag of `command` nearest to `unknown` ("--head" -> "--heads",
-// "--kvlen" -> "--kv-len"), or empty when `command` has it or none is close.
-std::string nearest_flag(const CLI::App& command, const std::string& unknown);
+// The long flags of `command` nearest to `unknown` ("--head" -> "--heads",
+// "--kvlen" -> "--kv-len", "--kv" -> "--kv-len or --kv-dtype"), or empty
+// when `command` has it, `unknown` is no long flag, or none is close.
+std::string nearest_flags(const CLI::App& command, const std::string& unknown);
 
 }  // namespace helixmla::tools

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <string>
 
 namespace helixmla::tools {
 
@@ -23,7 +24,11 @@ CLI::Validator integer_in(std::int64_t min, std::int64_t max) {
   return CLI::Validator(
       [min, max](std::string& text) {
         const std::string complaint = integer_complaint(text, min, max);
-        return complaint.empty() ? complaint : "'" + text + "' " + complaint;
+        if (!complaint.empty()) return "'" + text + "' " + complaint;
+        // CLI11 converts with base 0, which reads "010" as octal 8: it gets
+        // the decimal value the check read.
+        text = std::to_string(std::stoll(text));
+        return std::string();
       },
       fmt::format("INT in [{} - {}]", min, max));
 }

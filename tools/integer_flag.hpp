@@ -14,7 +14,8 @@ namespace helixmla::tools {
 // ("is not an integer", "is outside [min, max]"), to follow the quoted text.
 std::string integer_complaint(const std::string& text, std::int64_t min, std::int64_t max);
 
-// A validator for one integer option in [min, max]: "--heads: '8.5' is not an integer".
+// A validator for one integer option in [min, max]: "--heads: '8.5' is not an
+// integer". Leading zeros are decimal ("010" is 10), as in the comma lists.
 CLI::Validator integer_in(std::int64_t min, std::int64_t max);
 
 }  // namespace helixmla::tools

@@ -46,10 +46,13 @@ int main(int argc, char** argv) {
     return e.get_exit_code();  // a command finished with a verdict it already printed
   } catch (const CLI::ExtrasError& e) {
     std::cerr << "helixmla: " << e.what() << "\n";
+    // The command's own flags follow its name; what comes before belongs to the program.
     const CLI::App* command = app.get_subcommands().empty() ? &app : app.get_subcommands().front();
-    for (int i = 1; i < argc; ++i) {
-      if (const std::string flag = helixmla::tools::nearest_flag(*command, argv[i]); !flag.empty()) {
-        std::cerr << "helixmla: " << argv[i] << ": did you mean " << flag << "?\n";
+    int first = 1;
+    while (command != &app && first < argc && command->get_name() != argv[first]) ++first;
+    for (int i = first + (command != &app ? 1 : 0); i < argc; ++i) {
+      if (const std::string flags = helixmla::tools::nearest_flags(*command, argv[i]); !flags.empty()) {
+        std::cerr << "helixmla: " << argv[i] << ": did you mean " << flags << "?\n";
       }
     }
     std::cerr << "Run 'helixmla --help' or 'helixmla <command> --help'.\n";

@@ -35,17 +35,17 @@ std::string kv_dtype_complaint(const std::string& name) {
 
 void add_problem_flags(CLI::App& app, ProblemFlags& flags) {
   app.add_option("--heads", flags.heads, "Query heads per rank (1..128)")
-      ->capture_default_str()->check(integer_in(1, 128));
+      ->capture_default_str()->transform(integer_in(1, 128));
   app.add_option("--q-len", flags.q_len, "Query tokens per generation: 1 is decode, >1 a verify group")
-      ->capture_default_str()->check(integer_in(1, 1 << 20));
+      ->capture_default_str()->transform(integer_in(1, 1 << 20));
   app.add_option("--batch", flags.batch, "Generation requests")
-      ->capture_default_str()->check(integer_in(0, 1 << 20));
+      ->capture_default_str()->transform(integer_in(0, 1 << 20));
   add_int_list(app, "--kv-len", flags.kv_len, 1, 1 << 30,
                "Cached tokens per generation, new tokens included: one value, or a comma list (at most --batch "
                "values) cycled over the requests",
                Repeats::allowed);
   app.add_option("--page-size", flags.page_size, "Tokens per KV-cache page (any integer >= 1)")
-      ->capture_default_str()->check(integer_in(1, 1 << 20));
+      ->capture_default_str()->transform(integer_in(1, 1 << 20));
   app.add_option("--kv-dtype", flags.kv_dtype,
                  "KV-cache element type (bf16, fp16, fp8); Q and the output are fp16 with fp16 KV, bf16 otherwise")
       ->capture_default_str()->check(
@@ -55,9 +55,9 @@ void add_problem_flags(CLI::App& app, ProblemFlags& flags) {
           },
           "KV dtype");
   app.add_option("--contexts", flags.contexts, "Context (prefill) requests placed before the generations")
-      ->capture_default_str()->check(integer_in(0, 1 << 20));
+      ->capture_default_str()->transform(integer_in(0, 1 << 20));
   app.add_option("--context-len", flags.context_len, "New tokens (and KV length) of each context request")
-      ->capture_default_str()->check(integer_in(1, 1 << 20));
+      ->capture_default_str()->transform(integer_in(1, 1 << 20));
   app.add_option_function<std::string>(
          "--seed", [&flags](const std::string& text) { flags.seed = parse_seed(text); },
          "Random seed for the synthetic batch")

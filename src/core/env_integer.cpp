@@ -12,11 +12,14 @@ long long parse_env_integer(const char* name, const char* text, long long lowest
   char* end = nullptr;
   errno = 0;
   const long long value = std::strtoll(text, &end, 10);
-  if (end == text || *end != '\0' || errno == ERANGE || value < lowest || value > most) {
+  const bool integer = end != text && *end == '\0' && errno != ERANGE;
+  if (!integer || value < lowest || value > most) {
+    // A variable bounded only by the parser's limit names just its floor,
+    // unless the value is past that limit.
+    const bool floor_only = most == kEnvIntegerLimit && (!integer || value < lowest);
     throw InvalidArgument(name, -1, text,
-                          most == kEnvIntegerLimit
-                              ? "must be an integer of at least " + std::to_string(lowest)
-                              : "must be an integer from " + std::to_string(lowest) + " to " + std::to_string(most));
+                          floor_only ? "must be an integer of at least " + std::to_string(lowest)
+                                     : "must be an integer from " + std::to_string(lowest) + " to " + std::to_string(most));
   }
   return value;
 }

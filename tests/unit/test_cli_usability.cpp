@@ -234,6 +234,13 @@ TEST_F(CliUsability, IntegerFlagsSayWhetherTheTextIsAnIntegerOrOutOfRange) {
   };
   for (const auto& [args, message] : refused) expect_refused(args, message);
   EXPECT_TRUE(has(helixmla("run --help").out, "--heads INT:INT in [1 - 128]"));
+  // Leading zeros are decimal, as the check reads them (CLI11 alone read
+  // "010" as octal 8 and refused "08").
+  for (const char* heads : {"010", "08"}) {
+    const CliOutcome o = helixmla(std::string("run --backend cpu --batch 1 --kv-len 64 --repeat 1 --heads ") + heads);
+    EXPECT_EQ(o.code, 0) << heads << ": " << o.err;
+    EXPECT_TRUE(has(o.out, std::string("helixmla run: ") + (heads[1] == '1' ? "10" : "8") + " heads")) << o.out;
+  }
 }
 
 // A flag the command does not have is answered with the nearest one it has,
@@ -245,8 +252,15 @@ TEST_F(CliUsability, AMisspeltFlagGetsTheNearestOne) {
       {"explain --page 16", "--page: did you mean --page-size?"},
       {"tune --page-size 16", "--page-size: did you mean --page-sizes?"},
       {"run --seeed=3", "--seeed=3: did you mean --seed?"},
+      {"explain --kv 3", "--kv: did you mean --kv-len or --kv-dtype?"},  // every flag as near
   };
   for (const auto& [args, message] : misspelt) expect_refused(args, message);
+  // No name, or a flag before the command: nothing to suggest from the command's flags.
+  for (const char* args : {"run --=5", "--head 8 run"}) {
+    const CliOutcome o = helixmla(args);
+    EXPECT_EQ(o.code, 2) << args << ": " << o.err;
+    EXPECT_FALSE(has(o.err, "did you mean")) << args << ": " << o.err;
+  }
   const CliOutcome far = helixmla("run --temperature 2");
   EXPECT_EQ(far.code, 2) << far.err;
   EXPECT_TRUE(has(far.err, "--temperature")) << far.err;
