@@ -60,10 +60,9 @@ std::vector<std::string> split_items(const std::string& text, char separator) {
 CLI::Option* add_int_list(CLI::App& app, const std::string& name, std::vector<int>& values, std::int64_t min,
                           std::int64_t max, const std::string& description, Repeats repeats) {
   auto read = [name, min, max](const std::string& text, std::size_t index, const std::string& item) {
-    if (const std::string complaint = integer_complaint(item, min, max); !complaint.empty()) {
-      throw CLI::ValidationError(name, item_at(text, index, item) + " " + complaint);
-    }
-    return static_cast<int>(std::stoll(item));
+    const IntegerRead read = read_integer(item, min, max);
+    if (!read.complaint.empty()) throw CLI::ValidationError(name, item_at(text, index, item) + " " + read.complaint);
+    return static_cast<int>(read.value);
   };
   return add_list(app, name, values, description, repeats, read)
       ->type_name(fmt::format("INT[,INT...] in [{} - {}]", min, max));

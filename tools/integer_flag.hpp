@@ -10,9 +10,14 @@
 
 namespace helixmla::tools {
 
-// Empty when `text` is a decimal integer in [min, max]; otherwise why not
-// ("is not an integer", "is outside [min, max]"), to follow the quoted text.
-std::string integer_complaint(const std::string& text, std::int64_t min, std::int64_t max);
+// `text` read as a decimal integer: its value when in [min, max], else
+// `complaint` says why not ("is not an integer", "is outside [min, max]"),
+// to follow the quoted text.
+struct IntegerRead {
+  std::int64_t value = 0;
+  std::string complaint;
+};
+IntegerRead read_integer(const std::string& text, std::int64_t min, std::int64_t max);
 
 // A validator for one integer option in [min, max]: "--heads: '8.5' is not an
 // integer". Leading zeros are decimal ("010" is 10), as in the comma lists.
