@@ -1,6 +1,7 @@
 // The `helixmla` command-line program.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <exception>
 #include <iostream>
 #include <new>
@@ -9,6 +10,10 @@
 #include "commands.hpp"
 #include "flag_suggestion.hpp"
 #include "helixmla/error.hpp"
+
+namespace {
+constexpr const char* kHelpHint = "Run 'helixmla --help' or 'helixmla <command> --help'.\n";
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"helixmla: decode-time Multi-head Latent Attention over a paged KV cache"};
@@ -48,17 +53,17 @@ int main(int argc, char** argv) {
     std::cerr << "helixmla: " << e.what() << "\n";
     // The command's own flags follow its name; what comes before belongs to the program.
     const CLI::App* command = app.get_subcommands().empty() ? &app : app.get_subcommands().front();
-    int first = 1;
-    while (command != &app && first < argc && command->get_name() != argv[first]) ++first;
-    for (int i = first + (command != &app ? 1 : 0); i < argc; ++i) {
-      if (const std::string flags = helixmla::tools::nearest_flags(*command, argv[i]); !flags.empty()) {
-        std::cerr << "helixmla: " << argv[i] << ": did you mean " << flags << "?\n";
+    char** const end = argv + argc;
+    char** const name = command == &app ? argv : std::find(argv + 1, end, command->get_name());
+    for (char** arg = std::min(name + 1, end); arg != end; ++arg) {
+      if (const std::string flags = helixmla::tools::nearest_flags(*command, *arg); !flags.empty()) {
+        std::cerr << "helixmla: " << *arg << ": did you mean " << flags << "?\n";
       }
     }
-    std::cerr << "Run 'helixmla --help' or 'helixmla <command> --help'.\n";
+    std::cerr << kHelpHint;
     return 2;
   } catch (const CLI::ParseError& e) {
-    std::cerr << "helixmla: " << e.what() << "\nRun 'helixmla --help' or 'helixmla <command> --help'.\n";
+    std::cerr << "helixmla: " << e.what() << "\n" << kHelpHint;
     return 2;
   } catch (const helixmla::InvalidArgument& e) {
     std::cerr << "helixmla: " << e.what() << "\n";
