@@ -66,32 +66,6 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
     for (int s = 0; s < L::kStages; ++s) mbarrier_init(bar0 + 8 * s, 128);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  // Copies: warp w of the owning warpgroup takes rows 16 w .. 16 w + 15 of
-  // a tile, lane l chunk l of a row's 512 latent bytes, and the rope four
-  // lanes to a row (rows looked up as Fp8StepsRows says).
-  const Fp8StepsRows<PAGE, T> rows(w, page_row, warp, lane);
-  const int main_dst = (lane / 8) * L::kBlockBytes + 16 * warp * 128;
-  const int rope_row = 16 * warp + (lane >> 2);
-  const int rope_dst = L::kRopeOffset + swizzle64(rope_row, (lane & 3) * 16);
-  auto load_tile = [&](int tile, int page) {
-    unsigned char* dst = smem + L::kKvOffset + (tile % L::kStages) * L::kTileBytes;
-#pragma unroll
-    for (int k = 0; k < 16; ++k) {
-      const int s = rows.slot(tile, page, k);
-      const unsigned char* src = pool + static_cast<long long>(s < 0 ? 0 : s) * kHeadDim + lane * 16;
-      cp_async_16(dst + main_dst + k * 128 + (((lane ^ k) & 7) << 4), src, s >= 0);
-    }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int s = rows.slot(tile, page, (lane >> 2) + 8 * h);
-      const unsigned char* src = pool + static_cast<long long>(s < 0 ? 0 : s) * kHeadDim + kLatent + (lane & 3) * 16;
-      cp_async_16(dst + rope_dst + h * 8 * 64, src, s >= 0);
-    }
-    cp_async_arrive(bar0 + 8 * (tile % L::kStages));
-  };
-  // The first stages go out before Q's loads, whose latency they overlap.
-  __syncthreads();  // the mbarriers' init
-  for (int tile = wg; tile < n_tiles && tile < L::kStages; tile += 2) load_tile(tile, rows.lookup(tile));
   // Q' = Q q_scale in three e4m3 parts, a warp per row (load_q_row):
   // Q q_scale keeps Q's bits and the three parts (4 significant bits each)
   // hold bf16's 8 and fp16's 11 exactly down to e4m3's subnormals. Rows
@@ -134,6 +108,31 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
     bound[i] = row_kv_bound(p, w, n, rows_total, w.kv_end);
     factor[i] = factor_s[n];
   }
+
+  // Copies: warp w of the owning warpgroup takes rows 16 w .. 16 w + 15 of
+  // a tile, lane l chunk l of a row's 512 latent bytes, and the rope four
+  // lanes to a row (rows looked up as Fp8StepsRows says).
+  const Fp8StepsRows<PAGE, T> rows(w, page_row, warp, lane);
+  const int main_dst = (lane / 8) * L::kBlockBytes + 16 * warp * 128;
+  const int rope_row = 16 * warp + (lane >> 2);
+  const int rope_dst = L::kRopeOffset + swizzle64(rope_row, (lane & 3) * 16);
+  auto load_tile = [&](int tile, int page) {
+    unsigned char* dst = smem + L::kKvOffset + (tile % L::kStages) * L::kTileBytes;
+#pragma unroll
+    for (int k = 0; k < 16; ++k) {
+      const int s = rows.slot(tile, page, k);
+      const unsigned char* src = pool + static_cast<long long>(s < 0 ? 0 : s) * kHeadDim + lane * 16;
+      cp_async_16(dst + main_dst + k * 128 + (((lane ^ k) & 7) << 4), src, s >= 0);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int s = rows.slot(tile, page, (lane >> 2) + 8 * h);
+      const unsigned char* src = pool + static_cast<long long>(s < 0 ? 0 : s) * kHeadDim + kLatent + (lane & 3) * 16;
+      cp_async_16(dst + rope_dst + h * 8 * 64, src, s >= 0);
+    }
+    cp_async_arrive(bar0 + 8 * (tile % L::kStages));
+  };
+  for (int tile = wg; tile < n_tiles && tile < L::kStages; tile += 2) load_tile(tile, rows.lookup(tile));
 
   float o[8][8];  // O^T m-block 2 q + b: latents 128 q + vt_latent(b, warp, g) (rows g) / + 1 (rows g + 8)
 #pragma unroll

@@ -85,33 +85,6 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
     for (int s = 0; s < L::kStages; ++s) mbarrier_init(bar0 + 8 * s, kThreads);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  // Copies: warpgroup w takes latent bytes [256 w, 256 w + 256) of every
-  // row and the rope of half of them, so that both have the same work
-  // before the barrier they meet at. Its warp v takes rows 16 v .. 16 v +
-  // 15, two rows an instruction, 16 lanes a row, and the rope of rows
-  // 16 v + 8 w .. + 7, four lanes a row (rows looked up as Fp8StepsRows says).
-  const Fp8StepsRows<PAGE, T> rows(w, page_row, warp, lane);
-  const int half = lane >> 4, chunk = 16 * wg + (lane & 15);
-  const int main_dst = (chunk / 8) * L::kBlockBytes + (16 * warp + half) * 128;
-  const int rope_row = 8 * wg + (lane >> 2);  // of the warp's 16
-  const int rope_dst = L::kRopeOffset + swizzle64(16 * warp + rope_row, (lane & 3) * 16);
-  auto load_tile = [&](int tile, int page) {
-    unsigned char* dst = smem + L::kKvOffset + (tile % L::kStages) * L::kTileBytes;
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      const int row = 2 * k + half;
-      const int s = rows.slot(tile, page, row);
-      const unsigned char* src = pool + static_cast<long long>(s < 0 ? 0 : s) * kHeadDim + chunk * 16;
-      cp_async_16(dst + main_dst + 2 * k * 128 + (((chunk ^ row) & 7) << 4), src, s >= 0);
-    }
-    const int s = rows.slot(tile, page, rope_row);
-    const unsigned char* src = pool + static_cast<long long>(s < 0 ? 0 : s) * kHeadDim + kLatent + (lane & 3) * 16;
-    cp_async_16(dst + rope_dst, src, s >= 0);
-    cp_async_arrive(bar0 + 8 * (tile % L::kStages));
-  };
-  // The first stages go out before Q's loads, whose latency they overlap.
-  __syncthreads();  // the mbarriers' init
-  for (int tile = 0; tile < n_tiles && tile < L::kStages; ++tile) load_tile(tile, rows.lookup(tile));
   // Q' in two parts, a warp per row (load_q_row).
   for (int r = block_warp; r < R; r += 8) {
     float v[18];
@@ -143,6 +116,32 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
   if (lane + 32 < R) mask_from = min(mask_from, bound_s[lane + 32]);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) mask_from = min(mask_from, __shfl_xor_sync(0xffffffffu, mask_from, o));
+
+  // Copies: warpgroup w takes latent bytes [256 w, 256 w + 256) of every
+  // row and the rope of half of them, so that both have the same work
+  // before the barrier they meet at. Its warp v takes rows 16 v .. 16 v +
+  // 15, two rows an instruction, 16 lanes a row, and the rope of rows
+  // 16 v + 8 w .. + 7, four lanes a row (rows looked up as Fp8StepsRows says).
+  const Fp8StepsRows<PAGE, T> rows(w, page_row, warp, lane);
+  const int half = lane >> 4, chunk = 16 * wg + (lane & 15);
+  const int main_dst = (chunk / 8) * L::kBlockBytes + (16 * warp + half) * 128;
+  const int rope_row = 8 * wg + (lane >> 2);  // of the warp's 16
+  const int rope_dst = L::kRopeOffset + swizzle64(16 * warp + rope_row, (lane & 3) * 16);
+  auto load_tile = [&](int tile, int page) {
+    unsigned char* dst = smem + L::kKvOffset + (tile % L::kStages) * L::kTileBytes;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int row = 2 * k + half;
+      const int s = rows.slot(tile, page, row);
+      const unsigned char* src = pool + static_cast<long long>(s < 0 ? 0 : s) * kHeadDim + chunk * 16;
+      cp_async_16(dst + main_dst + 2 * k * 128 + (((chunk ^ row) & 7) << 4), src, s >= 0);
+    }
+    const int s = rows.slot(tile, page, rope_row);
+    const unsigned char* src = pool + static_cast<long long>(s < 0 ? 0 : s) * kHeadDim + kLatent + (lane & 3) * 16;
+    cp_async_16(dst + rope_dst, src, s >= 0);
+    cp_async_arrive(bar0 + 8 * (tile % L::kStages));
+  };
+  for (int tile = 0; tile < n_tiles && tile < L::kStages; ++tile) load_tile(tile, rows.lookup(tile));
 
   float o[4][kAcc];  // O^T m-block 2 q + b: latents 256 wg + 128 q + vt_latent(b, warp, g) (rows g) / + 1 (rows g + 8)
 #pragma unroll

@@ -109,8 +109,10 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p, const KvTens
       }
     }
     cp_async_commit();
+    cp_async_wait<0>();
+    fence_proxy_async();
   }
-  __syncthreads();  // the mbarriers' init and the row bounds; Q's copies are still in flight
+  __syncthreads();
   const int bound_lo = bound_s[row_lo], bound_hi = bound_s[row_hi];
   // The warp's first masked position: one branch for the warp, whose
   // threads' rows differ in their bounds.
@@ -213,11 +215,6 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p, const KvTens
     load_pair_parts(0, pages0, pages1);
     look_up_pair(1);
   }
-  // Q waits only now, so its copies overlap the first pair's page lookups
-  // and copies (the KV copies are in no commit group: mbarriers track them).
-  cp_async_wait<0>();
-  fence_proxy_async();
-  __syncthreads();
 
   // Descriptors are linear in the address: each step adds a constant to a
   // base, laundered where it is used (hoisted, a tile's 72 S descriptors
