@@ -142,6 +142,15 @@ DeviceSyntheticBatch::DeviceSyntheticBatch(BatchSpec spec, int device)
   const float kv_inverse_scale = s.kv_dtype == DType::fp8_e4m3 ? 1.0f / s.kv_scale : 1.0f;
   fill_random_device(q_.data(), s.q_dtype, q_count, 1.0f, 1.0f, s.seed);
   fill_random_device(pool_.data(), s.kv_dtype, pool_count, 1.0f, kv_inverse_scale, s.seed + 1);
+  if (s.poison_unused_kv) {
+    const std::size_t row_bytes = static_cast<std::size_t>(s.dims.head_dim()) * dtype_size(s.kv_dtype);
+    auto* pool = static_cast<unsigned char*>(pool_.data());
+    for (const auto& [first, end] : meta_.unused_kv_rows()) {
+      check(cudaMemset(pool + static_cast<std::size_t>(first) * row_bytes, 0xff,
+                       static_cast<std::size_t>(end - first) * row_bytes),
+            "poison unused KV rows");
+    }
+  }
   out_.fill_bytes(0xff);
   if (s.stats) stats_.fill_bytes(0xff);
   check(cudaDeviceSynchronize(), "fill synthetic batch");

@@ -126,6 +126,39 @@ SyntheticBatch::SyntheticBatch(const BatchSpec& spec) : spec_(spec) {
               std::byte{0});
   if (spec.stats) stats_.assign(static_cast<std::size_t>(num_tokens_ * spec.heads * 2), 0.0f);
   poison_outputs();
+  if (spec.poison_unused_kv) poison_unused_kv();
+}
+
+std::vector<std::pair<std::int64_t, std::int64_t>> SyntheticBatch::unused_kv_rows() const {
+  const std::int64_t page_size = spec_.page_size;
+  std::vector<bool> used(static_cast<std::size_t>(num_pages_ * page_size), false);
+  for (std::size_t r = 0; r < kv_len_.size(); ++r) {
+    for (std::int32_t position = 0; position < kv_len_[r]; ++position) {
+      const std::int64_t page = page_table_[r * static_cast<std::size_t>(page_table_stride_) +
+                                            static_cast<std::size_t>(position / page_size)];
+      used[static_cast<std::size_t>(page * page_size + position % page_size)] = true;
+    }
+  }
+  std::vector<std::pair<std::int64_t, std::int64_t>> runs;
+  for (std::int64_t row = 0; row < static_cast<std::int64_t>(used.size()); ++row) {
+    if (used[static_cast<std::size_t>(row)]) continue;
+    if (!runs.empty() && runs.back().second == row) {
+      ++runs.back().second;
+    } else {
+      runs.emplace_back(row, row + 1);
+    }
+  }
+  return runs;
+}
+
+void SyntheticBatch::poison_unused_kv() {
+  spec_.poison_unused_kv = true;
+  if (pool_.empty()) return;
+  const std::size_t row_bytes = static_cast<std::size_t>(spec_.dims.head_dim()) * dtype_size(spec_.kv_dtype);
+  for (const auto& [first, end] : unused_kv_rows()) {
+    std::memset(pool_.data() + static_cast<std::size_t>(first) * row_bytes, 0xff,
+                static_cast<std::size_t>(end - first) * row_bytes);
+  }
 }
 
 std::int64_t SyntheticBatch::pool_row(std::int32_t request, std::int32_t position) const {
@@ -173,8 +206,11 @@ SyntheticBatch another_layer(const SyntheticBatch& first, int index) {
   BatchSpec spec = first.spec();
   spec.seed += 1000 * static_cast<std::uint64_t>(index);
   spec.kv_scale = first.spec().kv_scale * (1.0f + 0.5f * static_cast<float>(index));
+  // Its own shuffle would poison other rows: poison once first's table is in.
+  spec.poison_unused_kv = false;
   SyntheticBatch layer(spec);
   layer.page_table_ = first.page_table_;
+  if (first.spec().poison_unused_kv) layer.poison_unused_kv();
   return layer;
 }
 

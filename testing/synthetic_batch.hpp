@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "helixmla/problem.hpp"
@@ -30,6 +31,10 @@ struct BatchSpec {
   std::int32_t page_table_stride = 0;
   std::uint64_t seed = 1;
   bool allocate_tensors = true;                // false: metadata only, tensor pointers null
+  // Pool rows no request can see (the tails of last pages, spare pages) hold
+  // NaN in every KV dtype, as unwritten cache memory may: a kernel that lets
+  // a row past kv_len reach its output (0 x NaN in P V) fails.
+  bool poison_unused_kv = true;
 
   // KV of `kv` with Q in its default dtype and its default scale (below).
   void use_kv_dtype(DType kv);
@@ -62,6 +67,10 @@ class SyntheticBatch {
   Problem problem();
   // Fills outputs and stats with NaN so unwritten elements cannot pass.
   void poison_outputs();
+  // Pool rows no request sees, as [first, end) runs of row indices, in order.
+  std::vector<std::pair<std::int64_t, std::int64_t>> unused_kv_rows() const;
+  // Sets every byte of those rows to 0xff (NaN in bf16, fp16 and e4m3).
+  void poison_unused_kv();
   // Element index in pool_ of the first value of request `request`'s cached
   // row at KV position `position` (head_dim values follow).
   std::int64_t pool_row(std::int32_t request, std::int32_t position) const;
