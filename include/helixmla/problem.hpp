@@ -30,6 +30,8 @@ struct Location {
 };
 
 // Paged latent cache: `pool` is [num_pages, page_size, head_dim] of `dtype`.
+// Rows past a request's kv_len, and pages no request lists, may hold any
+// bits (NaN included): no backend lets them reach an output.
 struct KvCache {
   const void* pool = nullptr;
   std::int64_t num_pages = 0;
