@@ -26,11 +26,12 @@ void BatchSpec::use_kv_dtype(DType kv) {
 
 namespace {
 
-void fill_random(std::vector<std::byte>& buffer, DType dtype, std::int64_t count, float amplitude,
-                 float inverse_scale, std::mt19937_64& rng) {
-  buffer.assign(static_cast<std::size_t>(count) * dtype_size(dtype), std::byte{0});
+// Elements [first, end) of `buffer` drawn uniformly from [-amplitude,
+// amplitude) and multiplied by `inverse_scale`.
+void fill_random(std::vector<std::byte>& buffer, DType dtype, std::int64_t first, std::int64_t end,
+                 float amplitude, float inverse_scale, std::mt19937_64& rng) {
   std::uniform_real_distribution<float> uniform(-amplitude, amplitude);
-  for (std::int64_t i = 0; i < count; ++i) {
+  for (std::int64_t i = first; i < end; ++i) {
     store_from_float(buffer.data(), dtype, i, uniform(rng) * inverse_scale);
   }
 }
@@ -118,15 +119,29 @@ SyntheticBatch::SyntheticBatch(const BatchSpec& spec) : spec_(spec) {
   if (!spec.allocate_tensors) return;
   const std::int64_t head_dim = spec.dims.head_dim();
   const float kv_inverse_scale = spec.kv_dtype == DType::fp8_e4m3 ? 1.0f / spec.kv_scale : 1.0f;
-  fill_random(q_, spec.q_dtype, num_tokens_ * spec.heads * head_dim, 1.0f, 1.0f, rng);
-  fill_random(pool_, spec.kv_dtype, num_pages_ * spec.page_size * head_dim, 1.0f,
-              kv_inverse_scale, rng);
+  const std::int64_t q_count = num_tokens_ * spec.heads * head_dim;
+  q_.assign(static_cast<std::size_t>(q_count) * dtype_size(spec.q_dtype), std::byte{0});
+  fill_random(q_, spec.q_dtype, 0, q_count, 1.0f, 1.0f, rng);
+  const std::int64_t pool_count = num_pages_ * spec.page_size * head_dim;
+  // Poisoned from the start (0xff), then values only where a request reads:
+  // a huge page with a short request costs its rows, not the page's.
+  pool_.assign(static_cast<std::size_t>(pool_count) * dtype_size(spec.kv_dtype),
+               spec.poison_unused_kv ? std::byte{0xff} : std::byte{0});
+  if (spec.poison_unused_kv) {
+    std::int64_t next = 0;
+    for (const auto& [first, end] : unused_kv_rows()) {
+      fill_random(pool_, spec.kv_dtype, next * head_dim, first * head_dim, 1.0f, kv_inverse_scale, rng);
+      next = end;
+    }
+    fill_random(pool_, spec.kv_dtype, next * head_dim, pool_count, 1.0f, kv_inverse_scale, rng);
+  } else {
+    fill_random(pool_, spec.kv_dtype, 0, pool_count, 1.0f, kv_inverse_scale, rng);
+  }
   out_.assign(static_cast<std::size_t>(num_tokens_ * spec.heads * spec.dims.kv_lora_rank) *
                   dtype_size(spec.q_dtype),
               std::byte{0});
   if (spec.stats) stats_.assign(static_cast<std::size_t>(num_tokens_ * spec.heads * 2), 0.0f);
   poison_outputs();
-  if (spec.poison_unused_kv) poison_unused_kv();
 }
 
 std::vector<std::pair<std::int64_t, std::int64_t>> SyntheticBatch::unused_kv_rows() const {
