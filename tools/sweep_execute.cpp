@@ -2,12 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "commands.hpp"
@@ -30,6 +32,9 @@ namespace {
 
 struct Cell {
   std::string key;
+  // The key without phase mixing and Helix: (backend, kernel, page class,
+  // dtypes, q_len class): each is run at least once before any second form.
+  std::string core;
   std::string backend;
   std::string kernel;
   bool jit = false;
@@ -162,13 +167,14 @@ int execute_sweep(const std::vector<BackendPtr>& backends, SweepSpace space, dou
     if (!point.decision) return;
     for (const Candidate& c : point.decision->candidates) {
       if (!c.capable || c.backend == "cpu") continue;
-      const std::string key = fmt::format("{} {} {} kv={} q={} {} {}{}", c.backend, c.kernel,
-                                          page_class(point.shape.page_size), to_string(point.shape.kv_dtype),
-                                          to_string(point.shape.q_dtype), q_class(point.shape),
-                                          point.shape.helix ? "helix" : "plain", point.mixed ? " mixed" : "");
+      const std::string core = fmt::format("{} {} {} kv={} q={} {}", c.backend, c.kernel,
+                                           page_class(point.shape.page_size), to_string(point.shape.kv_dtype),
+                                           to_string(point.shape.q_dtype), q_class(point.shape));
+      const std::string key =
+          fmt::format("{} {}{}", core, point.shape.helix ? "helix" : "plain", point.mixed ? " mixed" : "");
       if (cells.count(key)) continue;
       const bool jit = c.reason.find("(JIT)") != std::string::npos;
-      cells.emplace(key, Cell{key, c.backend, c.kernel, jit, point.mixed, generations, point.shape});
+      cells.emplace(key, Cell{key, core, c.backend, c.kernel, jit, point.mixed, generations, point.shape});
     }
   };
   std::cerr << "sweep --execute: collecting the combinations the CUDA backends claim on " << to_string(env.arch) << "\n";
@@ -181,9 +187,18 @@ int execute_sweep(const std::vector<BackendPtr>& backends, SweepSpace space, dou
     sweep(backends, at, hooks);
   }
 
+  // A budget that runs out should still have run every core combination
+  // once: one cell of each first, then the Helix and mixed forms; within
+  // each, precompiled kernels before those NVRTC compiles.
+  std::map<std::string, const Cell*> first_of_core;
+  for (const auto& [key, cell] : cells) first_of_core.emplace(cell.core, &cell);
+  auto tier = [&](const Cell* c) { return first_of_core.at(c->core) == c ? 0 : 1; };
   std::vector<const Cell*> order;
   for (const auto& [key, cell] : cells) order.push_back(&cell);
-  std::stable_sort(order.begin(), order.end(), [](const Cell* a, const Cell* b) { return a->jit < b->jit; });
+  std::stable_sort(order.begin(), order.end(), [&](const Cell* a, const Cell* b) {
+    return std::pair(tier(a), a->jit) < std::pair(tier(b), b->jit);
+  });
+  const std::size_t core_count = first_of_core.size();
 
   std::map<std::string, BackendPtr> by_name;
   for (const BackendPtr& b : backends) by_name[std::string(b->name())] = b;
@@ -191,7 +206,7 @@ int execute_sweep(const std::vector<BackendPtr>& backends, SweepSpace space, dou
   cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   const auto start = std::chrono::steady_clock::now();
   nlohmann::json rows = nlohmann::json::array();
-  std::size_t executed = 0, failed = 0;
+  std::size_t executed = 0, failed = 0, core_failed = 0;
   for (const Cell* cell : order) {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (elapsed > max_seconds) break;
@@ -203,6 +218,7 @@ int execute_sweep(const std::vector<BackendPtr>& backends, SweepSpace space, dou
     }
     ++executed;
     failed += r.pass ? 0 : 1;
+    if (tier(cell) == 0) core_failed += r.pass ? 0 : 1;
     if (!json) {
       std::cout << fmt::format("{:<4} {:>9.2e}  {} ({} generations){}\n", r.pass ? "ok" : "FAIL", r.rel_l2,
                                cell->key, cell->generations, r.error.empty() ? "" : "  error: " + r.error);
@@ -213,14 +229,19 @@ int execute_sweep(const std::vector<BackendPtr>& backends, SweepSpace space, dou
   }
   cudaStreamDestroy(stream);
   const std::size_t skipped = order.size() - executed;
+  const std::size_t core_executed = std::min(executed, core_count);
   if (json) {
     std::cout << nlohmann::json{{"arch", std::string(to_string(env.arch))}, {"combinations", order.size()},
-                                {"executed", executed}, {"failed", failed}, {"not_executed", skipped}, {"cells", rows}}
+                                {"executed", executed}, {"failed", failed}, {"not_executed", skipped},
+                                {"core_combinations", core_count}, {"core_executed", core_executed},
+                                {"core_failed", core_failed}, {"cells", rows}}
                      .dump(2)
               << "\n";
   } else {
-    std::cout << fmt::format("\nsweep --execute on {}: {} combinations, {} executed, {} failed, {} not executed (time budget {} s)\n",
-                             to_string(env.arch), order.size(), executed, failed, skipped, max_seconds);
+    std::cout << fmt::format("\nsweep --execute on {}: {} combinations, {} executed, {} failed, {} not executed (time budget {} s); "
+                             "core (backend, kernel, page class, dtypes, q_len class): {} of {} executed, {} failed\n",
+                             to_string(env.arch), order.size(), executed, failed, skipped, max_seconds, core_executed,
+                             core_count, core_failed);
   }
   return failed == 0 && skipped == 0 ? 0 : 1;
 #else
