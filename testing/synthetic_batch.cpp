@@ -114,6 +114,14 @@ SyntheticBatch::SyntheticBatch(const BatchSpec& spec) : spec_(spec) {
       page_table_[static_cast<std::size_t>(r) * stride + b] = order[next++];
     }
   }
+  const std::int32_t first_generation = spec.contexts;
+  for (std::int32_t r = first_generation + 1; r < requests; ++r) {
+    const std::int32_t whole = std::min(kv_len_[r], kv_len_[first_generation]) / spec.page_size;
+    for (std::int32_t b = 0; b < std::min(spec.shared_prefix_pages, whole); ++b) {
+      page_table_[static_cast<std::size_t>(r) * stride + b] =
+          page_table_[static_cast<std::size_t>(first_generation) * stride + b];
+    }
+  }
 
   softmax_scale_ = 1.0f / std::sqrt(192.0f);
   if (!spec.allocate_tensors) return;

@@ -31,6 +31,10 @@ struct BatchSpec {
   std::int32_t page_table_stride = 0;
   std::uint64_t seed = 1;
   bool allocate_tensors = true;                // false: metadata only, tensor pointers null
+  // A prefix cache: every generation after the first lists the first
+  // generation's first pages (at most this many, and only pages both fill
+  // whole) in place of its own, which stay unused. 0: no page is shared.
+  std::int32_t shared_prefix_pages = 0;
   // Pool rows no request can see (the tails of last pages, spare pages) hold
   // NaN in every KV dtype, as unwritten cache memory may: a kernel that lets
   // a row past kv_len reach its output (0 x NaN in P V) fails.

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -185,6 +186,19 @@ TEST(GenericLongRequest, ManyHeadsFp8PageOfThree) {
   SyntheticBatch host = long_request(128, 2, 3, DType::fp8_e4m3);
   EXPECT_FALSE(cuda::plan_generic_work(host.problem(), cuda::device_sm_count(0)).segments.empty());
   expect_parity(host, "split H128 q2 fp8 page3", 1);
+}
+
+// A prefix cache: requests list the same leading pages, one of them split.
+TEST(GenericPrefixCache, RequestsSharingLeadingPagesMatch) {
+  HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(1);
+  for (const auto& [heads, page, kv] : {std::tuple{16, 16, DType::bf16}, std::tuple{128, 64, DType::fp8_e4m3},
+                                         std::tuple{48, 3, DType::fp16}}) {
+    BatchSpec spec = generic_spec(heads, page, 2, {12000, 1500, 900, 12003}, kv);
+    spec.shared_prefix_pages = 1200 / page;
+    spec.seed = 91 + heads;
+    SyntheticBatch host(spec);
+    expect_parity(host, fmt::format("prefix cache H{} page{} {}", heads, page, to_string(kv)), 1);
+  }
 }
 
 TEST(GenericDims, NonDefaultLatentAndRopeWidths) {

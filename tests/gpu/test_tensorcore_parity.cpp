@@ -671,6 +671,31 @@ TEST(TensorcoreSplitKv, OneLongRequestAmongShortOnesIsSplitEvenly) {
   }
 }
 
+// A prefix cache: requests list the same leading pages, so blocks of
+// different requests read one page (through the tensor map, too, where
+// pages hold whole tiles); the long pair is split.
+TEST(TensorcorePrefixCache, RequestsSharingLeadingPagesMatch) {
+  SKIP_WITHOUT_TENSORCORE();
+  for (std::int32_t heads : {16, 48, 128}) {
+    for (std::int32_t page : {16, 64}) {
+      for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
+        BatchSpec spec = decode_spec(heads, heads == 16 ? 2 : 1, page, kv);
+        spec.generations = 5;
+        spec.kv_len = {1500, 1700, 1000, 2100, 1501};
+        spec.shared_prefix_pages = 1000 / page;
+        SyntheticBatch host(spec);
+        expect_parity(host, label_of(spec) + " prefix cache");
+      }
+    }
+  }
+  BatchSpec spec = decode_spec(128, 1, 64, DType::bf16);
+  spec.generations = 2;
+  spec.kv_len = {30000, 30017};
+  spec.shared_prefix_pages = 400;
+  SyntheticBatch host(spec);
+  EXPECT_TRUE(expect_parity(host, label_of(spec) + " prefix cache").any_split) << "the plan did not split";
+}
+
 TEST(TensorcoreMixed, ContextAndGenerationPhasesBothRun) {
   SKIP_WITHOUT_TENSORCORE();
   for (DType kv : {DType::bf16, DType::fp8_e4m3}) {

@@ -116,5 +116,34 @@ TEST(SyntheticBatch, ReferenceOutputsDoNotDependOnUnseenRows) {
   }
 }
 
+// A prefix cache's batch: later generations list the first one's leading
+// pages, as many as both fill whole; the pages they gave up hold poison.
+TEST(SyntheticBatch, SharedPrefixPagesAreTheFirstGenerationsWholePages) {
+  testing::BatchSpec spec = ragged_spec(DType::bf16);
+  spec.kv_len = {40, 64, 17, 90};  // whole pages of 16: 2, 4, 1, 5
+  spec.generations = 4;
+  spec.shared_prefix_pages = 3;
+  testing::SyntheticBatch batch(spec);
+  const std::int32_t stride = batch.page_table_stride_;
+  const std::int32_t first = spec.contexts;
+  auto page = [&](std::int32_t r, std::int32_t b) { return batch.page_table_[static_cast<std::size_t>(r * stride + b)]; };
+  const std::int32_t shared[] = {0, 2, 1, 2};  // per generation, the first's two whole pages at most
+  for (std::int32_t g = 1; g < 4; ++g) {
+    const std::int32_t r = first + g;
+    for (std::int32_t b = 0; b < 6; ++b) {
+      if (b < shared[g]) {
+        EXPECT_EQ(page(r, b), page(first, b)) << "generation " << g << " page " << b;
+      } else if (page(r, b) >= 0) {
+        for (std::int32_t o = 0; o < static_cast<std::int32_t>(batch.q_len_.size()); ++o) {
+          if (o == r) continue;
+          for (std::int32_t c = 0; c < stride; ++c) EXPECT_NE(page(o, c), page(r, b)) << "request " << r;
+        }
+      }
+    }
+  }
+  expect_poison_on_unseen_rows_only(batch, "shared prefix");
+  ASSERT_NO_THROW(validate(batch.problem()));
+}
+
 }  // namespace
 }  // namespace helixmla
