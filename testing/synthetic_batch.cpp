@@ -114,6 +114,22 @@ SyntheticBatch::SyntheticBatch(const BatchSpec& spec) : spec_(spec) {
       page_table_[static_cast<std::size_t>(r) * stride + b] = order[next++];
     }
   }
+  if (spec.stale_page_ids) {
+    for (std::int32_t r = 0; r < requests; ++r) {
+      const std::int32_t pages = (kv_len_[r] + spec.page_size - 1) / spec.page_size;
+      for (std::int32_t b = pages; b < stride; ++b) {
+        const std::int64_t k = static_cast<std::int64_t>(r) * 7 + b;
+        std::int32_t& slot = page_table_[static_cast<std::size_t>(r) * stride + b];
+        if (k % 3 == 0 && num_pages_ > 0) {
+          slot = order[static_cast<std::size_t>(k % num_pages_)];
+        } else if (k % 3 == 1) {
+          slot = std::numeric_limits<std::int32_t>::max() - static_cast<std::int32_t>(k % 1000);
+        } else {
+          slot = -2 - static_cast<std::int32_t>(k % 1000);
+        }
+      }
+    }
+  }
   const std::int32_t first_generation = spec.contexts;
   for (std::int32_t r = first_generation + 1; r < requests; ++r) {
     const std::int32_t whole = std::min(kv_len_[r], kv_len_[first_generation]) / spec.page_size;

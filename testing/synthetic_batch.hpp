@@ -1,6 +1,7 @@
 // Random batches in host memory for tests, the command-line program and
 // benchmarks. Pages are handed out in a shuffled order so requests never sit
-// in neighbouring pages by accident; unused page-table slots hold -1.
+// in neighbouring pages by accident; unused page-table slots hold stale ids
+// (BatchSpec::stale_page_ids), or -1.
 #pragma once
 
 #include <cstddef>
@@ -26,9 +27,14 @@ struct BatchSpec {
   float kv_scale = 1.0f;                       // value = stored * kv_scale (fp8 stores value / kv_scale)
   bool stats = false;
   std::int32_t spare_pages = 3;                // pool pages no request uses
-  // Page-table row width at least this (unused slots -1): an engine's
-  // fixed-width table, the same from one decode step to the next.
+  // Page-table row width at least this: an engine's fixed-width table, the
+  // same from one decode step to the next.
   std::int32_t page_table_stride = 0;
+  // What a row holds past a request's pages. Engines leave stale entries
+  // there (ids of pages now someone else's, or freed), which no backend may
+  // read: true fills those slots with a mix of other requests' page ids,
+  // ids past the pool and negative ids; false with -1.
+  bool stale_page_ids = true;
   std::uint64_t seed = 1;
   bool allocate_tensors = true;                // false: metadata only, tensor pointers null
   // A prefix cache: every generation after the first lists the first

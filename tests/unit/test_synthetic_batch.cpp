@@ -116,6 +116,35 @@ TEST(SyntheticBatch, ReferenceOutputsDoNotDependOnUnseenRows) {
   }
 }
 
+// Past a request's pages its row holds stale ids (other requests' pages,
+// ids past the pool, negative ones); the reference reads none of them.
+TEST(SyntheticBatch, StalePageIdsFillUnusedSlotsAndAreNeverRead) {
+  testing::BatchSpec spec = ragged_spec(DType::bf16);
+  spec.stats = true;
+  testing::SyntheticBatch stale(spec);
+  const std::int32_t stride = stale.page_table_stride_;
+  testing::SyntheticBatch clean = stale;
+  int in_pool = 0, past = 0, negative = 0;
+  for (std::int32_t r = 0; r < static_cast<std::int32_t>(stale.kv_len_.size()); ++r) {
+    const std::int32_t pages = (stale.kv_len_[r] + spec.page_size - 1) / spec.page_size;
+    for (std::int32_t b = pages; b < stride; ++b) {
+      const std::int32_t id = stale.page_table_[static_cast<std::size_t>(r * stride + b)];
+      in_pool += id >= 0 && id < stale.num_pages() ? 1 : 0;
+      past += id >= stale.num_pages() ? 1 : 0;
+      negative += id < 0 ? 1 : 0;
+      clean.page_table_[static_cast<std::size_t>(r * stride + b)] = -1;
+    }
+  }
+  EXPECT_GT(in_pool, 0);
+  EXPECT_GT(past, 0);
+  EXPECT_GT(negative, 0);
+  ASSERT_NO_THROW(validate(stale.problem()));
+  reference_attention(stale.problem(), 2);
+  reference_attention(clean.problem(), 2);
+  EXPECT_EQ(stale.out_, clean.out_);
+  EXPECT_EQ(std::memcmp(stale.stats_.data(), clean.stats_.data(), clean.stats_.size() * sizeof(float)), 0);
+}
+
 // A prefix cache's batch: later generations list the first one's leading
 // pages, as many as both fill whole; the pages they gave up hold poison.
 TEST(SyntheticBatch, SharedPrefixPagesAreTheFirstGenerationsWholePages) {
@@ -130,13 +159,16 @@ TEST(SyntheticBatch, SharedPrefixPagesAreTheFirstGenerationsWholePages) {
   const std::int32_t shared[] = {0, 2, 1, 2};  // per generation, the first's two whole pages at most
   for (std::int32_t g = 1; g < 4; ++g) {
     const std::int32_t r = first + g;
-    for (std::int32_t b = 0; b < 6; ++b) {
+    const std::int32_t pages = (batch.kv_len_[r] + 15) / 16;
+    for (std::int32_t b = 0; b < pages; ++b) {
       if (b < shared[g]) {
         EXPECT_EQ(page(r, b), page(first, b)) << "generation " << g << " page " << b;
-      } else if (page(r, b) >= 0) {
-        for (std::int32_t o = 0; o < static_cast<std::int32_t>(batch.q_len_.size()); ++o) {
-          if (o == r) continue;
-          for (std::int32_t c = 0; c < stride; ++c) EXPECT_NE(page(o, c), page(r, b)) << "request " << r;
+        continue;
+      }
+      for (std::int32_t o = 0; o < static_cast<std::int32_t>(batch.q_len_.size()); ++o) {
+        const std::int32_t used = (batch.kv_len_[o] + 15) / 16;
+        for (std::int32_t c = 0; c < used; ++c) {
+          if (o != r) EXPECT_NE(page(o, c), page(r, b)) << "request " << r << " page " << b;
         }
       }
     }
