@@ -6,6 +6,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <string>
 #include <utility>
 
 #include "helixmla/error.hpp"
@@ -90,6 +91,7 @@ HostFootprint host_footprint(const BatchSpec& spec) {
 
 SyntheticBatch::SyntheticBatch(const BatchSpec& spec) : spec_(spec) {
   if (spec.kv_len.empty()) throw InvalidArgument("kv_len", -1, "[]", "needs at least one value");
+  if (spec.page_size <= 0) throw InvalidArgument("page_size", -1, std::to_string(spec.page_size), "must be >= 1");
   const Layout layout = layout_of(spec);
   const auto requests = static_cast<std::int32_t>(layout.requests);
   for (std::int32_t r = 0; r < requests; ++r) {

@@ -32,8 +32,8 @@ struct BatchSpec {
   std::int32_t page_table_stride = 0;
   // What a row holds past a request's pages. Engines leave stale entries
   // there (ids of pages now someone else's, or freed), which no backend may
-  // read: true fills those slots with a mix of other requests' page ids,
-  // ids past the pool and negative ids; false with -1.
+  // read: true fills those slots with a mix of ids of pool pages (other
+  // requests' among them), ids past the pool and negative ids; false with -1.
   bool stale_page_ids = true;
   std::uint64_t seed = 1;
   bool allocate_tensors = true;                // false: metadata only, tensor pointers null

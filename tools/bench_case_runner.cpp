@@ -54,7 +54,8 @@ HostTiming CaseRunner::time_host(const Runtime& runtime,
   testing::DeviceBuffer workspace(runtime.workspace_bytes(problem));
   // The rotated batches stand in for layers: the same geometry, other
   // tensors (read through the first batch's page table, whose ids every
-  // pool of the case holds).
+  // pool of the case holds; rows another batch's own table leaves unseen
+  // hold NaN, which the host's times here do not notice).
   std::vector<LayerTensors> layers;
   for (const auto& batch : batches) layers.push_back(layer_tensors(batch->problem()));
   std::vector<double> prepare_us, enqueue_us;

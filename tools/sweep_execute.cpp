@@ -190,8 +190,12 @@ int execute_sweep(const std::vector<BackendPtr>& backends, SweepSpace space, dou
   // A budget that runs out should still have run every core combination
   // once: one cell of each first, then the Helix and mixed forms; within
   // each, precompiled kernels before those NVRTC compiles.
-  std::map<std::string, const Cell*> first_of_core;
-  for (const auto& [key, cell] : cells) first_of_core.emplace(cell.core, &cell);
+  std::map<std::string, const Cell*> first_of_core;  // the plain, unmixed form where there is one
+  auto plain = [](const Cell* c) { return !c->shape.helix && !c->mixed; };
+  for (const auto& [key, cell] : cells) {
+    auto [at, added] = first_of_core.emplace(cell.core, &cell);
+    if (!added && !plain(at->second) && plain(&cell)) at->second = &cell;
+  }
   auto tier = [&](const Cell* c) { return first_of_core.at(c->core) == c ? 0 : 1; };
   std::vector<const Cell*> order;
   for (const auto& [key, cell] : cells) order.push_back(&cell);

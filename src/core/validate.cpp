@@ -182,7 +182,7 @@ void validate_page_table(const Problem& p) {
     }
   }
   // Only the pages a request uses are read; engines leave the rest of a row
-  // unset (synthetic batches write -1 there). Every step of an engine runs
+  // unset (synthetic batches write stale ids there). Every step of an engine runs
   // this over the whole table (a million entries at page size 1), so a row
   // is checked by a branch-free reduction, and searched for its first bad
   // entry only when it has one.

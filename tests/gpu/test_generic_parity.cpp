@@ -188,7 +188,8 @@ TEST(GenericLongRequest, ManyHeadsFp8PageOfThree) {
   expect_parity(host, "split H128 q2 fp8 page3", 1);
 }
 
-// A prefix cache: requests list the same leading pages, one of them split.
+// A prefix cache: requests list the same leading pages (the long ones
+// likely split).
 TEST(GenericPrefixCache, RequestsSharingLeadingPagesMatch) {
   HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(1);
   for (const auto& [heads, page, kv] : {std::tuple{16, 16, DType::bf16}, std::tuple{128, 64, DType::fp8_e4m3},

@@ -672,8 +672,7 @@ TEST(TensorcoreSplitKv, OneLongRequestAmongShortOnesIsSplitEvenly) {
 }
 
 // A prefix cache: requests list the same leading pages, so blocks of
-// different requests read one page (through the tensor map, too, where
-// pages hold whole tiles); the long pair is split.
+// different requests read one page; the long pair is split.
 TEST(TensorcorePrefixCache, RequestsSharingLeadingPagesMatch) {
   SKIP_WITHOUT_TENSORCORE();
   for (std::int32_t heads : {16, 48, 128}) {

@@ -173,6 +173,12 @@ TEST(SyntheticBatch, SharedPrefixPagesAreTheFirstGenerationsWholePages) {
       }
     }
   }
+  // The context's and the first generation's rows are as without sharing.
+  spec.shared_prefix_pages = 0;
+  const testing::SyntheticBatch unshared(spec);
+  for (std::int32_t r = 0; r <= first; ++r) {
+    for (std::int32_t b = 0; b < stride; ++b) EXPECT_EQ(page(r, b), unshared.page_table_[static_cast<std::size_t>(r * stride + b)]);
+  }
   expect_poison_on_unseen_rows_only(batch, "shared prefix");
   ASSERT_NO_THROW(validate(batch.problem()));
 }
