@@ -115,10 +115,27 @@ void DeviceBatch::poison_outputs() {
   stats_.fill_bytes(0xff);  // all-ones float32 is NaN
 }
 
+namespace {
+// Throws unless `device` still holds the `host` bytes it was given: a run
+// reads Q and the KV pool only, and the reference was computed from these.
+void expect_unchanged(const DeviceBuffer& device, const std::vector<std::byte>& host, const char* what) {
+  std::vector<std::byte> now(host.size());
+  device.download(now.data(), now.size());
+  const auto [at, _] = std::mismatch(now.begin(), now.end(), host.begin());
+  if (at != now.end()) {
+    throw RuntimeFailure(std::string("the run wrote into its input ") + what + ": byte " +
+                         std::to_string(at - now.begin()) + " of " + std::to_string(now.size()) +
+                         " differs from what was uploaded");
+  }
+}
+}  // namespace
+
 void DeviceBatch::download_outputs() {
   check(cudaDeviceSynchronize(), "synchronize before download");
   out_.download(host_.out_.data(), host_.out_.size());
   stats_.download(host_.stats_.data(), host_.stats_.size() * sizeof(float));
+  expect_unchanged(q_, host_.q_, "q");
+  expect_unchanged(pool_, host_.pool_, "KV pool");
 }
 
 namespace {

@@ -55,7 +55,9 @@ class DeviceBatch {
   Problem problem() const;
   // NaN-fills device outputs and stats.
   void poison_outputs();
-  // Copies device outputs and stats back into the host batch.
+  // Copies device outputs and stats back into the host batch; throws
+  // RuntimeFailure if the device's Q or KV pool is no longer what was
+  // uploaded (a run that wrote into its inputs).
   void download_outputs();
 
  private:
