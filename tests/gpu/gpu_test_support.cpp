@@ -18,6 +18,23 @@
 
 namespace helixmla::testing {
 
+void grow_pool_past(BatchSpec& spec, std::int64_t bytes) {
+  const std::int64_t page_bytes =
+      std::int64_t{spec.page_size} * spec.dims.head_dim() * static_cast<std::int64_t>(dtype_size(spec.kv_dtype));
+  spec.spare_pages = static_cast<std::int32_t>(bytes / page_bytes + 1);
+}
+
+std::int64_t rows_read_past(const SyntheticBatch& batch, std::int64_t offset) {
+  const auto element = static_cast<std::int64_t>(dtype_size(batch.spec().kv_dtype));
+  std::int64_t rows = 0;
+  for (std::int32_t r = 0; r < static_cast<std::int32_t>(batch.kv_len_.size()); ++r) {
+    for (std::int32_t position = 0; position < batch.kv_len_[r]; ++position) {
+      rows += batch.pool_row(r, position) * element >= offset ? 1 : 0;
+    }
+  }
+  return rows;
+}
+
 void check_cuda(cudaError_t status, const char* what) {
   if (status != cudaSuccess) throw RuntimeFailure(std::string(what) + ": " + cudaGetErrorString(status));
 }

@@ -60,4 +60,13 @@ void expect_matches_reference(SyntheticBatch& host, const std::string& label, co
 // batch's problem without Helix settings), for a batch run many times.
 void expect_matches(SyntheticBatch& host, const NaiveResult& reference, const std::string& label);
 
+// Adds spare pages until the pool holds at least `bytes`. The shuffled page
+// order then scatters the batch's pages over the whole pool, on both sides
+// of 32-bit byte offsets when `bytes` passes 4 GiB, as in an engine's cache.
+void grow_pool_past(BatchSpec& spec, std::int64_t bytes);
+
+// KV rows the batch's requests read whose first byte lies at or past
+// `offset` bytes into the pool.
+std::int64_t rows_read_past(const SyntheticBatch& batch, std::int64_t offset);
+
 }  // namespace helixmla::testing

@@ -202,6 +202,18 @@ TEST(GenericPrefixCache, RequestsSharingLeadingPagesMatch) {
   }
 }
 
+// Pages past 2^31 and 2^32 bytes into the pool, as in an engine's cache.
+TEST(GenericLargePool, PagesPastFourGiBMatch) {
+  HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(1);
+  constexpr std::int64_t kFourGiB = std::int64_t{1} << 32;
+  BatchSpec spec = generic_spec(24, 48, 2, {700, 90, 2000}, DType::fp16);
+  grow_pool_past(spec, kFourGiB + kFourGiB / 16);
+  SyntheticBatch host(spec);
+  ASSERT_GT(rows_read_past(host, kFourGiB), 0);
+  ASSERT_LT(rows_read_past(host, kFourGiB / 2), rows_read_past(host, 0));
+  expect_parity(host, "pool past 4 GiB", 1);
+}
+
 TEST(GenericDims, NonDefaultLatentAndRopeWidths) {
   HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(1);
   struct Dims {

@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -693,6 +694,26 @@ TEST(TensorcorePrefixCache, RequestsSharingLeadingPagesMatch) {
   spec.shared_prefix_pages = 400;
   SyntheticBatch host(spec);
   EXPECT_TRUE(expect_parity(host, label_of(spec) + " prefix cache").any_split) << "the plan did not split";
+}
+
+// An engine's cache is tens of GiB: pages past 2^31 and 2^32 bytes into the
+// pool must be addressed in 64 bits, by per-row copies and tensor maps alike
+// (64 heads on 64-token pages in a batch of 16 take the seesaw engine's
+// tensor-map path; the others its siblings' per-row copies).
+TEST(TensorcoreLargePool, PagesPastFourGiBMatch) {
+  SKIP_WITHOUT_TENSORCORE();
+  constexpr std::int64_t kFourGiB = std::int64_t{1} << 32;
+  for (const auto& [heads, page, kv] : {std::tuple{64, 64, DType::bf16}, std::tuple{48, 64, DType::fp8_e4m3},
+                                         std::tuple{16, 16, DType::bf16}, std::tuple{128, 32, DType::fp8_e4m3}}) {
+    BatchSpec spec = decode_spec(heads, 1, page, kv);
+    spec.generations = 16;
+    spec.kv_len = {300, 1000, 77};
+    grow_pool_past(spec, kFourGiB + kFourGiB / 16);
+    SyntheticBatch host(spec);
+    ASSERT_GT(rows_read_past(host, kFourGiB), 0) << label_of(spec);
+    ASSERT_LT(rows_read_past(host, kFourGiB / 2), rows_read_past(host, 0)) << label_of(spec);
+    expect_parity(host, label_of(spec) + " pool past 4 GiB");
+  }
 }
 
 TEST(TensorcoreMixed, ContextAndGenerationPhasesBothRun) {
