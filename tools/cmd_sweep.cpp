@@ -225,7 +225,8 @@ void add_sweep_command(CLI::App& app) {
                 "On this GPU, run one cell of every combination the CUDA backends claim (backend, kernel, page-size "
                 "class, KV dtype, q_len class, phase, Helix) and compare it with the float64 reference");
   cmd->add_option("--max-seconds", flags->max_seconds, "Time budget of --execute: every (backend, kernel, page class, dtypes, q_len class) once first, then "
-                  "the Helix and mixed forms; precompiled kernels before JIT-compiled ones in each")
+                  "the Helix and mixed forms; precompiled kernels before JIT-compiled ones in each, which compile on other "
+                  "threads meanwhile")
       ->capture_default_str()
       ->check([](const std::string& value) {
         char* end = nullptr;

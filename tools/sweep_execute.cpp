@@ -3,12 +3,17 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -88,7 +93,7 @@ CellResult execute_cell(const Backend& backend, const Cell& cell, const SweepSpa
   spec.seed = std::hash<std::string>{}(cell.key);
   testing::SyntheticBatch host(spec);
   std::vector<std::int32_t> bounds;
-  testing::DeviceBatch device(host);
+  testing::DeviceBatch device(host, env.device);
   Problem problem = device.problem();
   if (cell.shape.helix) {
     for (std::int32_t r = 0; r < problem.num_requests(); ++r) {
@@ -206,23 +211,82 @@ int execute_sweep(const std::vector<BackendPtr>& backends, SweepSpace space, dou
 
   std::map<std::string, BackendPtr> by_name;
   for (const BackendPtr& b : backends) by_name[std::string(b->name())] = b;
-  cudaStream_t stream;
-  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   const auto start = std::chrono::steady_clock::now();
-  nlohmann::json rows = nlohmann::json::array();
-  std::size_t executed = 0, failed = 0, core_failed = 0;
-  for (const Cell* cell : order) {
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (elapsed > max_seconds) break;
+  const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  const auto run_cell = [&](const Cell& cell, cudaStream_t on) {
     CellResult r;
     try {
-      r = execute_cell(*by_name.at(cell->backend), *cell, space, env, stream);
+      r = execute_cell(*by_name.at(cell.backend), cell, space, env, on);
     } catch (const std::exception& e) {
       r.error = e.what();
     }
+    return r;
+  };
+
+  // A JIT kernel compiles with NVRTC on its first prepare, seconds each
+  // (180 of them on sm90 with an empty cache: most of a cold run's time).
+  // Different kernels compile at once, so a pool of threads runs the first
+  // cell of each while this thread runs the precompiled kernels' cells; the
+  // loop reports every cell in order, waiting for a pool's result where it
+  // has to.
+  cuda_ok(cudaSetDevice(env.device), "cudaSetDevice");
+  cudaStream_t stream;
+  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  std::vector<const Cell*> firsts;
+  {
+    std::set<std::string> kernels;
+    for (const Cell* cell : order) {
+      if (cell->jit && kernels.insert(cell->kernel).second) firsts.push_back(cell);
+    }
+  }
+  std::map<const Cell*, CellResult> ran_early;
+  std::mutex early_mutex;
+  std::condition_variable early_done;
+  std::atomic<std::size_t> next_first{0};
+  const unsigned workers = std::clamp(std::thread::hardware_concurrency(), 2u, 16u) - 1;
+  unsigned workers_left = workers;
+  std::cerr << fmt::format("sweep --execute: {} JIT kernels compile on {} threads meanwhile\n", firsts.size(), workers);
+  std::vector<std::thread> pool;
+  for (unsigned w = 0; w < workers; ++w) {
+    pool.emplace_back([&] {
+      cudaStream_t own = nullptr;
+      if (cudaSetDevice(env.device) == cudaSuccess &&
+          cudaStreamCreateWithFlags(&own, cudaStreamNonBlocking) == cudaSuccess) {
+        for (std::size_t i = next_first++; i < firsts.size() && elapsed() <= max_seconds; i = next_first++) {
+          CellResult r = run_cell(*firsts[i], own);
+          const std::lock_guard<std::mutex> lock(early_mutex);
+          ran_early.emplace(firsts[i], std::move(r));
+          early_done.notify_all();
+        }
+        cudaStreamDestroy(own);
+      }
+      const std::lock_guard<std::mutex> lock(early_mutex);
+      --workers_left;
+      early_done.notify_all();
+    });
+  }
+  // The pool's result for `cell`, once it has one or has stopped without.
+  const auto early_result = [&](const Cell* cell) -> std::optional<CellResult> {
+    std::unique_lock<std::mutex> lock(early_mutex);
+    early_done.wait(lock, [&] { return ran_early.count(cell) != 0 || workers_left == 0; });
+    const auto found = ran_early.find(cell);
+    return found == ran_early.end() ? std::nullopt : std::optional<CellResult>(found->second);
+  };
+  const std::set<const Cell*> first_cells(firsts.begin(), firsts.end());
+
+  nlohmann::json rows = nlohmann::json::array();
+  std::size_t executed = 0, failed = 0, core_executed = 0, core_failed = 0;
+  for (const Cell* cell : order) {
+    std::optional<CellResult> early;
+    if (first_cells.count(cell)) early = early_result(cell);
+    if (!early && elapsed() > max_seconds) continue;
+    const CellResult r = early ? *early : run_cell(*cell, stream);
     ++executed;
     failed += r.pass ? 0 : 1;
-    if (tier(cell) == 0) core_failed += r.pass ? 0 : 1;
+    if (tier(cell) == 0) {
+      ++core_executed;
+      core_failed += r.pass ? 0 : 1;
+    }
     if (!json) {
       std::cout << fmt::format("{:<4} {:>9.2e}  {} ({} generations){}\n", r.pass ? "ok" : "FAIL", r.rel_l2,
                                cell->key, cell->generations, r.error.empty() ? "" : "  error: " + r.error);
@@ -232,8 +296,8 @@ int execute_sweep(const std::vector<BackendPtr>& backends, SweepSpace space, dou
     if (executed % 25 == 0) std::cerr << fmt::format("sweep --execute: {}/{} combinations\n", executed, order.size());
   }
   cudaStreamDestroy(stream);
+  for (std::thread& t : pool) t.join();
   const std::size_t skipped = order.size() - executed;
-  const std::size_t core_executed = std::min(executed, core_count);
   if (json) {
     std::cout << nlohmann::json{{"arch", std::string(to_string(env.arch))}, {"combinations", order.size()},
                                 {"executed", executed}, {"failed", failed}, {"not_executed", skipped},
