@@ -13,6 +13,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -243,12 +244,14 @@ int execute_sweep(const std::vector<BackendPtr>& backends, SweepSpace space, dou
   std::mutex early_mutex;
   std::condition_variable early_done;
   std::atomic<std::size_t> next_first{0};
-  const unsigned workers = std::clamp(std::thread::hardware_concurrency(), 2u, 16u) - 1;
+  const auto workers = static_cast<unsigned>(
+      std::min<std::size_t>(firsts.size(), std::clamp(std::thread::hardware_concurrency(), 2u, 16u) - 1));
   unsigned workers_left = workers;
   std::cerr << fmt::format("sweep --execute: {} JIT kernels compile on {} threads meanwhile\n", firsts.size(), workers);
-  std::vector<std::thread> pool;
-  for (unsigned w = 0; w < workers; ++w) {
-    pool.emplace_back([&] {
+  // A cell the pool leaves undone (a worker that could not start, or
+  // failed outside the cell) runs on this thread instead.
+  const auto worker = [&] {
+    try {
       cudaStream_t own = nullptr;
       if (cudaSetDevice(env.device) == cudaSuccess &&
           cudaStreamCreateWithFlags(&own, cudaStreamNonBlocking) == cudaSuccess) {
@@ -260,10 +263,36 @@ int execute_sweep(const std::vector<BackendPtr>& backends, SweepSpace space, dou
         }
         cudaStreamDestroy(own);
       }
+    } catch (...) {
+    }
+    const std::lock_guard<std::mutex> lock(early_mutex);
+    --workers_left;
+    early_done.notify_all();
+  };
+  std::vector<std::thread> pool;
+  // Stops the pool and joins it on every way out of this function, an
+  // exception included (a joinable std::thread's destructor ends the process).
+  struct Joiner {
+    std::vector<std::thread>& threads;
+    std::atomic<std::size_t>& next;
+    std::size_t end;
+    ~Joiner() {
+      next = end;
+      for (std::thread& t : threads) {
+        if (t.joinable()) t.join();
+      }
+    }
+  } joiner{pool, next_first, firsts.size()};
+  pool.reserve(workers);
+  for (unsigned w = 0; w < workers; ++w) {
+    try {
+      pool.emplace_back(worker);
+    } catch (const std::system_error&) {
       const std::lock_guard<std::mutex> lock(early_mutex);
-      --workers_left;
+      workers_left -= workers - w;
       early_done.notify_all();
-    });
+      break;
+    }
   }
   // The pool's result for `cell`, once it has one or has stopped without.
   const auto early_result = [&](const Cell* cell) -> std::optional<CellResult> {
@@ -280,7 +309,10 @@ int execute_sweep(const std::vector<BackendPtr>& backends, SweepSpace space, dou
     std::optional<CellResult> early;
     if (first_cells.count(cell)) early = early_result(cell);
     if (!early && elapsed() > max_seconds) continue;
-    const CellResult r = early ? *early : run_cell(*cell, stream);
+    CellResult r = early ? *early : run_cell(*cell, stream);
+    if (early && !r.error.empty()) {
+      r.error += " (run beside other cells on the compile pool: a device fault may be another cell's)";
+    }
     ++executed;
     failed += r.pass ? 0 : 1;
     if (tier(cell) == 0) {
@@ -296,7 +328,6 @@ int execute_sweep(const std::vector<BackendPtr>& backends, SweepSpace space, dou
     if (executed % 25 == 0) std::cerr << fmt::format("sweep --execute: {}/{} combinations\n", executed, order.size());
   }
   cudaStreamDestroy(stream);
-  for (std::thread& t : pool) t.join();
   const std::size_t skipped = order.size() - executed;
   if (json) {
     std::cout << nlohmann::json{{"arch", std::string(to_string(env.arch))}, {"combinations", order.size()},
