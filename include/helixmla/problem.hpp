@@ -80,7 +80,9 @@ struct Problem {
   std::int32_t num_contexts = 0;
   std::span<const std::int32_t> q_len;       // [num_requests] new tokens
   std::span<const std::int32_t> kv_len;      // [num_requests] KV incl. new tokens
-  std::span<const std::int32_t> page_table;  // [num_requests, page_table_stride]
+  // [num_requests, page_table_stride]; slots past a request's last page are
+  // never read (any value), and requests may share pages.
+  std::span<const std::int32_t> page_table;
   std::int32_t page_table_stride = 0;
 
   HelixSettings helix;
