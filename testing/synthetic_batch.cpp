@@ -89,7 +89,9 @@ HostFootprint host_footprint(const BatchSpec& spec) {
   return footprint;
 }
 
-SyntheticBatch::SyntheticBatch(const BatchSpec& spec) : spec_(spec) {
+SyntheticBatch::SyntheticBatch(const BatchSpec& spec) : SyntheticBatch(spec, {}) {}
+
+SyntheticBatch::SyntheticBatch(const BatchSpec& spec, const std::vector<std::int32_t>& page_table) : spec_(spec) {
   if (spec.kv_len.empty()) throw InvalidArgument("kv_len", -1, "[]", "needs at least one value");
   if (spec.page_size <= 0) throw InvalidArgument("page_size", -1, std::to_string(spec.page_size), "must be >= 1");
   const Layout layout = layout_of(spec);
@@ -112,23 +114,16 @@ SyntheticBatch::SyntheticBatch(const BatchSpec& spec) : spec_(spec) {
   std::size_t next = 0;
   for (std::int32_t r = 0; r < requests; ++r) {
     const std::int32_t pages = (kv_len_[r] + spec.page_size - 1) / spec.page_size;
-    for (std::int32_t b = 0; b < pages; ++b) {
-      page_table_[static_cast<std::size_t>(r) * stride + b] = order[next++];
-    }
-  }
-  if (spec.stale_page_ids) {
-    for (std::int32_t r = 0; r < requests; ++r) {
-      const std::int32_t pages = (kv_len_[r] + spec.page_size - 1) / spec.page_size;
-      for (std::int32_t b = pages; b < stride; ++b) {
-        const std::int64_t k = static_cast<std::int64_t>(r) * 7 + b;
-        std::int32_t& slot = page_table_[static_cast<std::size_t>(r) * stride + b];
-        if (k % 3 == 0 && num_pages_ > 0) {
-          slot = order[static_cast<std::size_t>(k % num_pages_)];
-        } else if (k % 3 == 1) {
-          slot = std::numeric_limits<std::int32_t>::max() - static_cast<std::int32_t>(k % 1000);
-        } else {
-          slot = -2 - static_cast<std::int32_t>(k % 1000);
-        }
+    std::int32_t* row = page_table_.data() + static_cast<std::size_t>(r) * stride;
+    for (std::int32_t b = 0; b < pages; ++b) row[b] = order[next++];
+    for (std::int32_t b = pages; b < stride && spec.stale_page_ids; ++b) {
+      const std::int64_t k = static_cast<std::int64_t>(r) * 7 + b;
+      if (k % 3 == 0 && num_pages_ > 0) {
+        row[b] = order[static_cast<std::size_t>(k % num_pages_)];
+      } else if (k % 3 == 1) {
+        row[b] = std::numeric_limits<std::int32_t>::max() - static_cast<std::int32_t>(k % 1000);
+      } else {
+        row[b] = -2 - static_cast<std::int32_t>(k % 1000);
       }
     }
   }
@@ -139,6 +134,13 @@ SyntheticBatch::SyntheticBatch(const BatchSpec& spec) : spec_(spec) {
       page_table_[static_cast<std::size_t>(r) * stride + b] =
           page_table_[static_cast<std::size_t>(first_generation) * stride + b];
     }
+  }
+  if (!page_table.empty()) {
+    if (page_table.size() != page_table_.size()) {
+      throw InvalidArgument("page_table", -1, std::to_string(page_table.size()),
+                            "must hold " + std::to_string(page_table_.size()) + " entries, as the spec's own");
+    }
+    page_table_ = page_table;
   }
 
   softmax_scale_ = 1.0f / std::sqrt(192.0f);
@@ -192,16 +194,6 @@ std::vector<std::pair<std::int64_t, std::int64_t>> SyntheticBatch::unused_kv_row
   return runs;
 }
 
-void SyntheticBatch::poison_unused_kv() {
-  spec_.poison_unused_kv = true;
-  if (pool_.empty()) return;
-  const std::size_t row_bytes = static_cast<std::size_t>(spec_.dims.head_dim()) * dtype_size(spec_.kv_dtype);
-  for (const auto& [first, end] : unused_kv_rows()) {
-    std::memset(pool_.data() + static_cast<std::size_t>(first) * row_bytes, 0xff,
-                static_cast<std::size_t>(end - first) * row_bytes);
-  }
-}
-
 std::int64_t SyntheticBatch::pool_row(std::int32_t request, std::int32_t position) const {
   const std::int64_t page =
       page_table_[static_cast<std::size_t>(request) * static_cast<std::size_t>(page_table_stride_) +
@@ -247,12 +239,7 @@ SyntheticBatch another_layer(const SyntheticBatch& first, int index) {
   BatchSpec spec = first.spec();
   spec.seed += 1000 * static_cast<std::uint64_t>(index);
   spec.kv_scale = first.spec().kv_scale * (1.0f + 0.5f * static_cast<float>(index));
-  // Its own shuffle would poison other rows: poison once first's table is in.
-  spec.poison_unused_kv = false;
-  SyntheticBatch layer(spec);
-  layer.page_table_ = first.page_table_;
-  if (first.spec().poison_unused_kv) layer.poison_unused_kv();
-  return layer;
+  return SyntheticBatch(spec, first.page_table_);
 }
 
 }  // namespace helixmla::testing

@@ -72,6 +72,9 @@ HostFootprint host_footprint(const BatchSpec& spec);
 class SyntheticBatch {
  public:
   explicit SyntheticBatch(const BatchSpec& spec);
+  // The same with `page_table` (the size `spec`'s own would have) in place
+  // of the shuffled one: what is drawn and poisoned follows that table.
+  SyntheticBatch(const BatchSpec& spec, const std::vector<std::int32_t>& page_table);
 
   // View with pointers into this object's host buffers.
   Problem problem();
@@ -79,8 +82,6 @@ class SyntheticBatch {
   void poison_outputs();
   // Pool rows no request sees, as [first, end) runs of row indices, in order.
   std::vector<std::pair<std::int64_t, std::int64_t>> unused_kv_rows() const;
-  // Sets every byte of those rows to 0xff (NaN in bf16, fp16 and e4m3).
-  void poison_unused_kv();
   // Element index in pool_ of the first value of request `request`'s cached
   // row at KV position `position` (head_dim values follow).
   std::int64_t pool_row(std::int32_t request, std::int32_t position) const;
