@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
+#include <functional>
+#include <future>
 #include <iostream>
 #include <map>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -70,6 +70,53 @@ struct CellResult {
   double rel_l2 = 0.0;
   bool pass = false;
   std::string error;
+};
+
+// A JIT kernel compiles with NVRTC on its first prepare, seconds each (180
+// of them on sm90 with an empty cache: most of a cold run's time), and
+// different kernels compile at once. So the first cell of each runs on a
+// few threads of its own while the caller runs the other cells in order.
+class EarlyCells {
+ public:
+  using Run = std::function<CellResult(const Cell&, cudaStream_t)>;
+
+  EarlyCells(std::vector<const Cell*> cells, unsigned threads, int device, Run run, std::function<bool()> in_budget)
+      : cells_(std::move(cells)), answers_(cells_.size()) {
+    for (std::size_t i = 0; i < cells_.size(); ++i) results_.emplace(cells_[i], answers_[i].get_future());
+    try {
+      for (unsigned t = 0; t < threads; ++t) {
+        workers_.push_back(std::async(std::launch::async, [this, device, run, in_budget] { work(device, run, in_budget); }));
+      }
+    } catch (const std::system_error&) {
+    }
+    if (workers_.empty()) work(-1, run, in_budget);  // no thread: every cell left to the caller
+  }
+  // Stops handing out cells; the workers' futures then wait for them.
+  ~EarlyCells() { next_ = cells_.size(); }
+
+  // The pool's result for `cell`, waiting for it; none for a cell not the
+  // pool's, or one it did not run (outside the budget, or no CUDA stream).
+  std::optional<CellResult> result(const Cell* cell) {
+    const auto found = results_.find(cell);
+    return found == results_.end() ? std::nullopt : found->second.get();
+  }
+
+ private:
+  void work(int device, const Run& run, const std::function<bool()>& in_budget) {
+    cudaStream_t own = nullptr;
+    const bool ready = device >= 0 && cudaSetDevice(device) == cudaSuccess &&
+                       cudaStreamCreateWithFlags(&own, cudaStreamNonBlocking) == cudaSuccess;
+    for (std::size_t i = next_++; i < cells_.size(); i = next_++) {
+      answers_[i].set_value(ready && in_budget() ? std::optional<CellResult>(run(*cells_[i], own)) : std::nullopt);
+    }
+    if (own) cudaStreamDestroy(own);
+  }
+
+  std::vector<const Cell*> cells_;
+  std::vector<std::promise<std::optional<CellResult>>> answers_;  // one per cell, set once it is taken
+  std::map<const Cell*, std::future<std::optional<CellResult>>> results_;
+  std::atomic<std::size_t> next_{0};
+  std::vector<std::future<void>> workers_;  // last: destroyed (joined) first
 };
 
 // A batch with the cell's shape and a few pages of KV; Helix cells get stats
@@ -220,94 +267,31 @@ int execute_sweep(const std::vector<BackendPtr>& backends, SweepSpace space, dou
       r = execute_cell(*by_name.at(cell.backend), cell, space, env, on);
     } catch (const std::exception& e) {
       r.error = e.what();
+    } catch (...) {
+      r.error = "an exception of unknown type";
     }
     return r;
   };
 
-  // A JIT kernel compiles with NVRTC on its first prepare, seconds each
-  // (180 of them on sm90 with an empty cache: most of a cold run's time).
-  // Different kernels compile at once, so a pool of threads runs the first
-  // cell of each while this thread runs the precompiled kernels' cells; the
-  // loop reports every cell in order, waiting for a pool's result where it
-  // has to.
   cuda_ok(cudaSetDevice(env.device), "cudaSetDevice");
   cudaStream_t stream;
   cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  std::vector<const Cell*> firsts;
+  std::vector<const Cell*> firsts;  // of each JIT kernel, in order
   {
     std::set<std::string> kernels;
     for (const Cell* cell : order) {
       if (cell->jit && kernels.insert(cell->kernel).second) firsts.push_back(cell);
     }
   }
-  std::map<const Cell*, CellResult> ran_early;
-  std::mutex early_mutex;
-  std::condition_variable early_done;
-  std::atomic<std::size_t> next_first{0};
   const auto workers = static_cast<unsigned>(
       std::min<std::size_t>(firsts.size(), std::clamp(std::thread::hardware_concurrency(), 2u, 16u) - 1));
-  unsigned workers_left = workers;
   std::cerr << fmt::format("sweep --execute: {} JIT kernels compile on {} threads meanwhile\n", firsts.size(), workers);
-  // A cell the pool leaves undone (a worker that could not start, or
-  // failed outside the cell) runs on this thread instead.
-  const auto worker = [&] {
-    try {
-      cudaStream_t own = nullptr;
-      if (cudaSetDevice(env.device) == cudaSuccess &&
-          cudaStreamCreateWithFlags(&own, cudaStreamNonBlocking) == cudaSuccess) {
-        for (std::size_t i = next_first++; i < firsts.size() && elapsed() <= max_seconds; i = next_first++) {
-          CellResult r = run_cell(*firsts[i], own);
-          const std::lock_guard<std::mutex> lock(early_mutex);
-          ran_early.emplace(firsts[i], std::move(r));
-          early_done.notify_all();
-        }
-        cudaStreamDestroy(own);
-      }
-    } catch (...) {
-    }
-    const std::lock_guard<std::mutex> lock(early_mutex);
-    --workers_left;
-    early_done.notify_all();
-  };
-  std::vector<std::thread> pool;
-  // Stops the pool and joins it on every way out of this function, an
-  // exception included (a joinable std::thread's destructor ends the process).
-  struct Joiner {
-    std::vector<std::thread>& threads;
-    std::atomic<std::size_t>& next;
-    std::size_t end;
-    ~Joiner() {
-      next = end;
-      for (std::thread& t : threads) {
-        if (t.joinable()) t.join();
-      }
-    }
-  } joiner{pool, next_first, firsts.size()};
-  pool.reserve(workers);
-  for (unsigned w = 0; w < workers; ++w) {
-    try {
-      pool.emplace_back(worker);
-    } catch (const std::system_error&) {
-      const std::lock_guard<std::mutex> lock(early_mutex);
-      workers_left -= workers - w;
-      early_done.notify_all();
-      break;
-    }
-  }
-  // The pool's result for `cell`, once it has one or has stopped without.
-  const auto early_result = [&](const Cell* cell) -> std::optional<CellResult> {
-    std::unique_lock<std::mutex> lock(early_mutex);
-    early_done.wait(lock, [&] { return ran_early.count(cell) != 0 || workers_left == 0; });
-    const auto found = ran_early.find(cell);
-    return found == ran_early.end() ? std::nullopt : std::optional<CellResult>(found->second);
-  };
-  const std::set<const Cell*> first_cells(firsts.begin(), firsts.end());
+  EarlyCells early_cells(firsts, workers, env.device, run_cell, [&] { return elapsed() <= max_seconds; });
 
   nlohmann::json rows = nlohmann::json::array();
   std::size_t executed = 0, failed = 0, core_executed = 0, core_failed = 0;
   for (const Cell* cell : order) {
-    std::optional<CellResult> early;
-    if (first_cells.count(cell)) early = early_result(cell);
+    const std::optional<CellResult> early = early_cells.result(cell);
     if (!early && elapsed() > max_seconds) continue;
     CellResult r = early ? *early : run_cell(*cell, stream);
     if (early && !r.error.empty()) {
