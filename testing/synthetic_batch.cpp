@@ -173,13 +173,11 @@ SyntheticBatch::SyntheticBatch(const BatchSpec& spec, const std::vector<std::int
 }
 
 std::vector<std::pair<std::int64_t, std::int64_t>> SyntheticBatch::unused_kv_rows() const {
-  const std::int64_t page_size = spec_.page_size;
-  std::vector<bool> used(static_cast<std::size_t>(num_pages_ * page_size), false);
-  for (std::size_t r = 0; r < kv_len_.size(); ++r) {
+  const std::int64_t head_dim = spec_.dims.head_dim();
+  std::vector<bool> used(static_cast<std::size_t>(num_pages_ * spec_.page_size), false);
+  for (std::int32_t r = 0; r < static_cast<std::int32_t>(kv_len_.size()); ++r) {
     for (std::int32_t position = 0; position < kv_len_[r]; ++position) {
-      const std::int64_t page = page_table_[r * static_cast<std::size_t>(page_table_stride_) +
-                                            static_cast<std::size_t>(position / page_size)];
-      used[static_cast<std::size_t>(page * page_size + position % page_size)] = true;
+      used[static_cast<std::size_t>(pool_row(r, position) / head_dim)] = true;
     }
   }
   std::vector<std::pair<std::int64_t, std::int64_t>> runs;
