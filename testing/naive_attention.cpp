@@ -7,13 +7,10 @@
 
 namespace helixmla::testing {
 
-namespace {
-
-// All KV rows of request `r`, dequantised: [kv_len, head_dim].
-std::vector<double> request_kv(const Problem& p, std::int64_t r) {
+std::vector<double> naive_request_kv(const Problem& p, std::int64_t r, std::int64_t rows) {
   const std::int64_t head_dim = p.dims.head_dim();
-  std::vector<double> kv(static_cast<std::size_t>(p.kv_len[r] * head_dim));
-  for (std::int64_t j = 0; j < p.kv_len[r]; ++j) {
+  std::vector<double> kv(static_cast<std::size_t>(rows * head_dim));
+  for (std::int64_t j = 0; j < rows; ++j) {
     const std::int64_t page = p.page_table[r * p.page_table_stride + j / p.kv.page_size];
     const std::int64_t slot = j % p.kv.page_size;
     for (std::int64_t c = 0; c < head_dim; ++c) {
@@ -24,8 +21,6 @@ std::vector<double> request_kv(const Problem& p, std::int64_t r) {
   }
   return kv;
 }
-
-}  // namespace
 
 std::int64_t naive_visible_positions(const Problem& p, std::int64_t request, std::int64_t t, std::int64_t token) {
   // DESIGN §2: token t of a group of q_len new tokens sees positions
@@ -40,7 +35,6 @@ std::int64_t naive_visible_positions(const Problem& p, std::int64_t request, std
 
 NaiveResult naive_attention(const Problem& p) {
   const std::int64_t heads = p.num_heads;
-  const std::int64_t head_dim = p.dims.head_dim();
   const std::int64_t rank = p.dims.kv_lora_rank;
   const std::int64_t tokens = p.num_tokens();
   NaiveResult result;
@@ -49,42 +43,46 @@ NaiveResult naive_attention(const Problem& p) {
 
   std::int64_t token = 0;
   for (std::int64_t r = 0; r < p.num_requests(); ++r) {
-    const std::int64_t q_len = p.q_len[r];
-    const std::int64_t kv_len = p.kv_len[r];
-    const std::vector<double> kv = request_kv(p, r);
-    for (std::int64_t t = 0; t < q_len; ++t, ++token) {
+    const std::vector<double> kv = naive_request_kv(p, r, p.kv_len[r]);
+    for (std::int64_t t = 0; t < p.q_len[r]; ++t, ++token) {
       const std::int64_t visible = naive_visible_positions(p, r, t, token);
-
       for (std::int64_t h = 0; h < heads; ++h) {
         const std::int64_t row = token * heads + h;
-        if (visible == 0) {
-          result.stats[row * 2] = -std::numeric_limits<double>::infinity();
-          result.stats[row * 2 + 1] = 0.0;
-          continue;
-        }
-        std::vector<double> q(static_cast<std::size_t>(head_dim));
-        for (std::int64_t c = 0; c < head_dim; ++c) q[c] = load_as_float(p.q, p.q_dtype, row * head_dim + c);
-        std::vector<double> logits(static_cast<std::size_t>(visible));
-        for (std::int64_t j = 0; j < visible; ++j) {
-          double dot = 0.0;
-          for (std::int64_t c = 0; c < head_dim; ++c) dot += q[c] * kv[j * head_dim + c];
-          logits[j] = static_cast<double>(p.softmax_scale) * dot;
-        }
-        double m = logits[0];
-        for (double s : logits) m = std::fmax(m, s);
-        double l = 0.0;
-        for (double s : logits) l += std::exp(s - m);
-        std::vector<double> probability(static_cast<std::size_t>(visible));
-        for (std::int64_t j = 0; j < visible; ++j) probability[j] = std::exp(logits[j] - m) / l;
-        for (std::int64_t j = 0; j < visible; ++j) {
-          for (std::int64_t c = 0; c < rank; ++c) result.out[row * rank + c] += probability[j] * kv[j * head_dim + c];
-        }
-        result.stats[row * 2] = m;
-        result.stats[row * 2 + 1] = l;
+        naive_attention_row(p, kv, row, visible, &result.out[row * rank], &result.stats[row * 2]);
       }
     }
   }
   return result;
+}
+
+void naive_attention_row(const Problem& p, const std::vector<double>& kv, std::int64_t row, std::int64_t visible,
+                         double* out, double* stats) {
+  const std::int64_t head_dim = p.dims.head_dim();
+  const std::int64_t rank = p.dims.kv_lora_rank;
+  if (visible == 0) {
+    stats[0] = -std::numeric_limits<double>::infinity();
+    stats[1] = 0.0;
+    return;
+  }
+  std::vector<double> q(static_cast<std::size_t>(head_dim));
+  for (std::int64_t c = 0; c < head_dim; ++c) q[c] = load_as_float(p.q, p.q_dtype, row * head_dim + c);
+  std::vector<double> logits(static_cast<std::size_t>(visible));
+  for (std::int64_t j = 0; j < visible; ++j) {
+    double dot = 0.0;
+    for (std::int64_t c = 0; c < head_dim; ++c) dot += q[c] * kv[j * head_dim + c];
+    logits[j] = static_cast<double>(p.softmax_scale) * dot;
+  }
+  double m = logits[0];
+  for (double s : logits) m = std::fmax(m, s);
+  double l = 0.0;
+  for (double s : logits) l += std::exp(s - m);
+  std::vector<double> probability(static_cast<std::size_t>(visible));
+  for (std::int64_t j = 0; j < visible; ++j) probability[j] = std::exp(logits[j] - m) / l;
+  for (std::int64_t j = 0; j < visible; ++j) {
+    for (std::int64_t c = 0; c < rank; ++c) out[c] += probability[j] * kv[j * head_dim + c];
+  }
+  stats[0] = m;
+  stats[1] = l;
 }
 
 }  // namespace helixmla::testing

@@ -17,25 +17,37 @@ struct ReferenceTask {
   std::int64_t token = 0;  // packed
   std::int32_t first_head = 0;
   std::int32_t heads = 0;
-  std::int32_t visible = 0;
+  std::int64_t visible = 0;
+};
+
+// One request's KV, decoded by the first of its tasks to run and dropped by
+// the last: only requests with a task running hold theirs, so a long request
+// costs one copy, not one per token and head group.
+struct RequestKv {
+  std::int64_t rows = 0;  // the most any of its tokens sees
+  std::once_flag decoded;
+  std::vector<double> kv;
+  std::atomic<std::int32_t> unfinished{0};
 };
 
 }  // namespace
 
 NaiveResult parallel_naive_attention(const Problem& host) {
   const std::int64_t heads = host.num_heads;
-  const std::int64_t head_dim = host.dims.head_dim();
   const std::int64_t rank = host.dims.kv_lora_rank;
-  const std::int64_t q_row_bytes = head_dim * static_cast<std::int64_t>(dtype_size(host.q_dtype));
 
   std::vector<ReferenceTask> tasks;
+  std::vector<RequestKv> requests(static_cast<std::size_t>(host.num_requests()));
   std::int64_t token = 0;
   for (std::int32_t r = 0; r < host.num_requests(); ++r) {
+    RequestKv& request = requests[static_cast<std::size_t>(r)];
     for (std::int32_t t = 0; t < host.q_len[r]; ++t, ++token) {
       const std::int64_t visible = naive_visible_positions(host, r, t, token);
+      request.rows = std::max(request.rows, visible);
       for (std::int32_t h = 0; h < heads; h += kHeadsPerTask) {
         tasks.push_back({r, token, h, static_cast<std::int32_t>(std::min<std::int64_t>(kHeadsPerTask, heads - h)),
-                         static_cast<std::int32_t>(visible)});
+                         visible});
+        ++request.unfinished;
       }
     }
   }
@@ -43,26 +55,16 @@ NaiveResult parallel_naive_attention(const Problem& host) {
   NaiveResult result;
   result.out.assign(static_cast<std::size_t>(token * heads * rank), 0.0);
   result.stats.assign(static_cast<std::size_t>(token * heads * 2), 0.0);
-  static const std::int32_t kOneToken = 1;
 
-  // A task is request r cut down to one query token that sees exactly its
-  // visible prefix (kv_len = visible, q_len = 1), with `heads` of its heads.
   const auto run_task = [&](const ReferenceTask& task) {
-    Problem sub = host;
-    sub.num_heads = task.heads;
-    sub.q = static_cast<const std::byte*>(host.q) + (task.token * heads + task.first_head) * q_row_bytes;
-    sub.out = nullptr;
-    sub.stats = {};
-    sub.num_contexts = 0;
-    sub.q_len = std::span<const std::int32_t>(&kOneToken, 1);
-    sub.kv_len = std::span<const std::int32_t>(&task.visible, 1);
-    sub.page_table = host.page_table.subspan(static_cast<std::size_t>(task.request) * host.page_table_stride,
-                                             static_cast<std::size_t>(host.page_table_stride));
-    sub.helix = {};
-    const NaiveResult part = naive_attention(sub);
-    const std::int64_t first_row = task.token * heads + task.first_head;
-    std::copy(part.out.begin(), part.out.end(), result.out.begin() + first_row * rank);
-    std::copy(part.stats.begin(), part.stats.end(), result.stats.begin() + first_row * 2);
+    RequestKv& request = requests[static_cast<std::size_t>(task.request)];
+    std::call_once(request.decoded, [&] { request.kv = naive_request_kv(host, task.request, request.rows); });
+    for (std::int64_t h = task.first_head; h < task.first_head + task.heads; ++h) {
+      const std::int64_t row = task.token * heads + h;
+      naive_attention_row(host, request.kv, row, task.visible, &result.out[static_cast<std::size_t>(row * rank)],
+                          &result.stats[static_cast<std::size_t>(row * 2)]);
+    }
+    if (request.unfinished.fetch_sub(1) == 1) std::vector<double>().swap(request.kv);
   };
 
   std::atomic<std::size_t> next{0};

@@ -1,6 +1,7 @@
-// testing::naive_attention cut into independent sub-problems (one query
-// token and a few heads each) and run on all cores: fast enough to check GPU
-// sweeps with the same plain float64 code.
+// testing::naive_attention's rows (one query token and a few heads a task)
+// run on all cores, each request's KV decoded once for all of its tasks:
+// fast enough to check GPU sweeps with the same plain float64 code, and one
+// KV copy per running request, whatever its head count.
 #pragma once
 
 #include "naive_attention.hpp"
