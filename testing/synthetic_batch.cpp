@@ -50,6 +50,7 @@ struct Layout {
   std::int64_t stride = 1;  // page-table row: the longest request's pages, or wider
   std::int64_t tokens = 0;
   std::int64_t kv_positions = 0;  // every request's KV length, summed
+  std::int64_t longest_kv = 0;
 };
 
 Layout layout_of(const BatchSpec& spec) {
@@ -63,6 +64,7 @@ Layout layout_of(const BatchSpec& spec) {
     layout.stride = std::max(layout.stride, pages);
     layout.tokens += q_len;
     layout.kv_positions += kv_len;
+    layout.longest_kv = std::max<std::int64_t>(layout.longest_kv, kv_len);
   }
   layout.pages += spec.spare_pages;
   return layout;
@@ -78,6 +80,8 @@ HostFootprint host_footprint(const BatchSpec& spec) {
   const auto tokens = static_cast<double>(layout.tokens);
   footprint.tokens = layout.tokens;
   footprint.kv_positions = layout.kv_positions;
+  footprint.requests = layout.requests;
+  footprint.longest_kv = layout.longest_kv;
   // The page table and the shuffled page order that fills it.
   footprint.page_table_bytes = static_cast<double>(layout.requests) * static_cast<double>(layout.stride) * 4.0 + pages * 4.0;
   if (!spec.allocate_tensors) return footprint;

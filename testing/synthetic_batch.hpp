@@ -64,6 +64,8 @@ float default_kv_scale(DType kv_dtype);
 struct HostFootprint {
   std::int64_t tokens = 0;  // query tokens of the batch
   std::int64_t kv_positions = 0;  // the requests' KV lengths, summed
+  std::int64_t requests = 0;
+  std::int64_t longest_kv = 0;  // the longest request's KV length
   double page_table_bytes = 0.0;
   double tensor_bytes = 0.0;
 };

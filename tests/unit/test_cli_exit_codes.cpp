@@ -134,7 +134,10 @@ TEST_F(Cli, SweepAndTuneCheckTheirFlagsBeforeWorking) {
 TEST_F(Cli, BatchesBeyondHostMemoryAreBadFlagValues) {
   expect_refused("explain --heads 128 --batch 100000 --kv-len 1000000", "(11.6 GiB of page table)");
   // The KV pool dominates here; below, the contexts' queries and outputs count too.
-  expect_refused("run --heads 128 --batch 4096 --kv-len 1000000", "needs 4398.1 GiB");
+  expect_refused("run --heads 128 --batch 4096 --kv-len 1000000", "GiB of host memory");
+  // One request's 4 GB pool fits, but the float64 check decodes its KV at 8
+  // bytes a value (16 GB).
+  expect_refused("run --heads 1 --batch 1 --kv-len 3500000", "GiB of host memory");
   expect_refused("run --heads 128 --batch 16 --q-len 16 --kv-len 16 --contexts 4 --context-len 1048576",
                  "host memory");
 }
