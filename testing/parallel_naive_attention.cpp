@@ -32,6 +32,8 @@ struct RequestKv {
 
 }  // namespace
 
+unsigned parallel_naive_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
+
 NaiveResult parallel_naive_attention(const Problem& host) {
   const std::int64_t heads = host.num_heads;
   const std::int64_t rank = host.dims.kv_lora_rank;
@@ -79,8 +81,7 @@ NaiveResult parallel_naive_attention(const Problem& host) {
       next.store(tasks.size());
     }
   };
-  const std::size_t workers =
-      std::min<std::size_t>(tasks.size(), std::max(1u, std::thread::hardware_concurrency()));
+  const std::size_t workers = std::min<std::size_t>(tasks.size(), parallel_naive_threads());
   std::vector<std::thread> pool;
   for (std::size_t i = 1; i < workers; ++i) pool.emplace_back(worker);
   worker();

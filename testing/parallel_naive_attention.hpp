@@ -11,4 +11,11 @@ namespace helixmla::testing {
 // Honors the verify-group mask and Helix bounds like naive_attention.
 NaiveResult parallel_naive_attention(const Problem& host);
 
+// How many threads it runs at most: each holds one request's decoded KV
+// (float64) while it works on it, which is what the check costs in memory.
+unsigned parallel_naive_threads();
+
+// How tools name this reference in their output.
+inline constexpr const char* kNaiveReferenceName = "naive float64";
+
 }  // namespace helixmla::testing

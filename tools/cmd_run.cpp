@@ -190,7 +190,7 @@ int run_single(const RunFlags& flags) {
                           {"non_finite", error.non_finite},   {"pass", pass},
                           {"device", on_device ? "cuda" : "cpu"}, {"tokens", batch.num_tokens()},
                           {"layers", flags.layers}, {"cp", 1},
-                          {"repeat", flags.repeat},           {"reference", "naive float64"},
+                          {"repeat", flags.repeat},           {"reference", testing::kNaiveReferenceName},
                           {"tolerance", tolerance}};
     if (stats) {
       out["stats_ok"] = stats_ok;

@@ -88,10 +88,6 @@ std::string describe(dist::HelixMode mode, const std::vector<int>& devices) {
   return "";
 }
 
-// The non-Helix result comes from the plain float64 code single runs and the
-// tests check against, threaded with one decoded KV copy per request.
-constexpr const char* kReferenceName = "naive float64";
-
 struct Baseline {
   std::optional<double> us;         // one graph replay at a time
   std::optional<double> steady_us;  // graph replays back to back
@@ -240,7 +236,7 @@ int run_helix_command(const ProblemFlags& flags, int cp, const std::vector<int>&
                         {"max_abs_err", error.max_abs_err},
                         {"rel_l2_err", error.rel_l2_err},
                         {"non_finite", error.non_finite},
-                        {"reference", kReferenceName},
+                        {"reference", testing::kNaiveReferenceName},
                         {"pass", pass}};
     j["graph_total_us"] = graph_us ? nlohmann::json(*graph_us) : nlohmann::json(nullptr);
     j["graph_rel_l2_err"] = graph_error ? nlohmann::json(graph_error->rel_l2_err) : nlohmann::json(nullptr);
@@ -292,7 +288,7 @@ int run_helix_command(const ProblemFlags& flags, int cp, const std::vector<int>&
                                *baseline.steady_us, *steady_speedup);
     }
     std::cout << fmt::format("result: {} against the {} (relative L2 tolerance {:.0e}{}), median of {}\n",
-                             pass ? "PASS" : "FAIL", kReferenceName, tolerance,
+                             pass ? "PASS" : "FAIL", testing::kNaiveReferenceName, tolerance,
                              error.non_finite
                                  ? fmt::format(", {} non-finite outputs", error.non_finite)
                                  : "",

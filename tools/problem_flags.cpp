@@ -6,12 +6,12 @@
 #include <charconv>
 #include <cstdint>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "comma_list.hpp"
 #include "helixmla/planner.hpp"
 #include "integer_flag.hpp"
+#include "parallel_naive_attention.hpp"
 
 namespace helixmla::tools {
 
@@ -88,10 +88,10 @@ void require_known_backend(const std::string& name, const std::vector<BackendPtr
 // the OOM killer minutes later.
 std::string host_footprint_complaint(const testing::BatchSpec& spec) {
   const testing::HostFootprint footprint = testing::host_footprint(spec);
-  // The float64 check's output, and the KV it decodes (float64) for each
-  // request one of its threads is working on.
+  // The float64 check's output, and the KV it decodes for each request one
+  // of its threads is working on.
   const double checking_requests =
-      static_cast<double>(std::min<std::int64_t>(footprint.requests, std::max(1u, std::thread::hardware_concurrency())));
+      static_cast<double>(std::min<std::int64_t>(footprint.requests, testing::parallel_naive_threads()));
   const double reference_bytes =
       spec.allocate_tensors
           ? static_cast<double>(footprint.tokens) * spec.heads * spec.dims.kv_lora_rank * 8.0 +
