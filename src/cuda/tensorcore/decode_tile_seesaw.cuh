@@ -41,7 +41,6 @@ namespace helixmla_tc {
 // out before). Each is used once per pair in this order, so no warpgroup
 // can arrive twice before the other has waited once.
 constexpr int kSeesawScale0 = 1, kSeesawScale1 = 2, kSeesawP0 = 3, kSeesawP1 = 4;
-constexpr int kSeesawCopy0 = 5;  // + warpgroup: TILE_PAGES's per-thread copies of a tile past the range
 
 // TILE_PAGES: every 64-token tile of the item lies in one page (pages hold
 // whole tiles and the range starts on a tile; decode_item decides), so the
@@ -86,7 +85,7 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p, const KvTens
   const unsigned char* pool = static_cast<const unsigned char*>(p.pool);
 
   if (tid == 0) {
-    for (int i = 0; i < 2 * L::kBlocks; ++i) mbarrier_init(bar0 + 8 * i, TILE_PAGES ? 1 : 128);
+    for (int i = 0; i < 2 * L::kBlocks; ++i) mbarrier_init(bar0 + 8 * i, 128);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   if (tid < 64) {
@@ -139,7 +138,7 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p, const KvTens
         if (t == 0) {
           const int y = static_cast<int>(tile_slot());
           auto box = [&](int k) {
-            mbarrier_arrive_expect_tx(bar(buf, k), L::kBlockBytes);
+            mbarrier_arrive_expect_tx(bar(buf, k), L::kBlockBytes, 128);
             tma_load_2d(dst + k * L::kBlockBytes, kv_map, 64 * k, y, bar(buf, k));
           };
           for (int k = first; k < last; ++k) box(k);
@@ -167,20 +166,8 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p, const KvTens
         copy_row(r, valid, valid ? static_cast<long long>(pages[u]) * PAGE + pos % PAGE : 0);
       }
     }
-    if constexpr (TILE_PAGES) {
-      // Past the range (zero rows): counted arrivals, then the one arrival a
-      // phase expects once every thread's are in.
-      for (int k = first; k < last; ++k) cp_async_arrive_counted(bar(buf, k));
-      if (extra >= 0) cp_async_arrive_counted(bar(buf, extra));
-      named_barrier_sync(kSeesawCopy0 + wg, 128);
-      if (t == 0) {
-        for (int k = first; k < last; ++k) mbarrier_arrive(bar(buf, k));
-        if (extra >= 0) mbarrier_arrive(bar(buf, extra));
-      }
-    } else {
-      for (int k = first; k < last; ++k) cp_async_arrive(bar(buf, k));
-      if (extra >= 0) cp_async_arrive(bar(buf, extra));
-    }
+    for (int k = first; k < last; ++k) cp_async_arrive(bar(buf, k));
+    if (extra >= 0) cp_async_arrive(bar(buf, extra));
   };
   // This warpgroup's parts of a pair's two tiles (see above).
   auto load_pair_parts = [&](int pair, const int (&pages0)[4], const int (&pages1)[4]) {

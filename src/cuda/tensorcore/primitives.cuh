@@ -224,28 +224,27 @@ __device__ __forceinline__ void pin_registers(unsigned (&r)[K][N]) {
     for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[k][i])::"memory");
 }
 
-// mbarriers of the seesaw engine: each completes when `count` threads'
-// cp.async copies issued before their cp_async_arrive have landed.
+// mbarriers of the seesaw engine: each phase completes when 128 arrivals
+// are in, each thread's counted only once its earlier cp.async copies have
+// landed (the .noinc form, which leaves the pending count alone).
 __device__ __forceinline__ void mbarrier_init(u32 bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
 __device__ __forceinline__ void cp_async_arrive(u32 bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
-// The TMA build's barriers expect one arrival a phase: the issuing thread's,
-// with the bytes its tensor copies will deliver, or, for a tile the
-// per-thread copies fill, one after every thread's counted cp.async arrival
-// (cp_async_arrive_counted raises the pending count as it is issued).
-__device__ __forceinline__ void mbarrier_arrive(u32 bar) {
-  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbarrier_arrive_expect_tx(u32 bar, u32 bytes) {
-  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n}\n" ::"r"(bar),
-               "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_arrive_counted(u32 bar) {
-  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+// A TMA phase: one thread arrives for all `count` of the phase, expecting
+// the bytes its tensor copies will deliver. (cp.async.mbarrier.arrive
+// without .noinc would let a barrier of one arrival take per-thread copies
+// too, but compute-sanitizer synccheck does not model its raised pending
+// count and aborts the kernel: scripts/probes/synccheck_counted_arrive.cu.)
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(u32 bar, u32 bytes, u32 count) {
+  asm volatile(
+      "{\n.reg .b64 state;\n"
+      "mbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n"
+      "mbarrier.arrive.shared::cta.b64 state, [%0], %2;\n}\n" ::"r"(bar),
+      "r"(bytes), "r"(count - 1)
+      : "memory");
 }
 // One box of a 2D tensor map into shared memory, completing on `bar`.
 __device__ __forceinline__ void tma_load_2d(void* dst, const KvTensorMap* map, int x, int y, u32 bar) {
