@@ -209,8 +209,8 @@ fi
 if step sanitize; then
   filter=${HELIXMLA_SANITIZE_FILTER:-*Sanitize*:*GraphReplay*:*SplitKv*:HelixGpu.*:TensorcoreEngines.Fp8Steps*}
   # HELIXMLA_SANITIZE_TOOLS: compute-sanitizer tools to run (default memcheck
-  # racecheck; initcheck and synccheck are the other two).
-  for tool in ${HELIXMLA_SANITIZE_TOOLS:-memcheck racecheck}; do
+  # racecheck synccheck; initcheck is the fourth, clean in session 44).
+  for tool in ${HELIXMLA_SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
     timeout "$(within 150)" compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/tests/helixmla_gpu_tests" \
       --gtest_filter="$filter" >"$out/sanitize-$tool.log" 2>&1
     rc=$?
