@@ -41,6 +41,9 @@ namespace helixmla_tc {
 // out before). Each is used once per pair in this order, so no warpgroup
 // can arrive twice before the other has waited once.
 constexpr int kSeesawScale0 = 1, kSeesawScale1 = 2, kSeesawP0 = 3, kSeesawP1 = 4;
+// Arrivals each phase of a part's mbarriers expects: one per thread of the
+// warpgroup that refills the part (a TMA box's issuer arrives for all).
+constexpr int kSeesawCopyArrivals = 128;
 
 // TILE_PAGES: every 64-token tile of the item lies in one page (pages hold
 // whole tiles and the range starts on a tile; decode_item decides), so the
@@ -85,7 +88,7 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p, const KvTens
   const unsigned char* pool = static_cast<const unsigned char*>(p.pool);
 
   if (tid == 0) {
-    for (int i = 0; i < 2 * L::kBlocks; ++i) mbarrier_init(bar0 + 8 * i, 128);
+    for (int i = 0; i < 2 * L::kBlocks; ++i) mbarrier_init(bar0 + 8 * i, kSeesawCopyArrivals);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   if (tid < 64) {
@@ -138,7 +141,7 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p, const KvTens
         if (t == 0) {
           const int y = static_cast<int>(tile_slot());
           auto box = [&](int k) {
-            mbarrier_arrive_expect_tx(bar(buf, k), L::kBlockBytes, 128);
+            mbarrier_arrive_expect_tx(bar(buf, k), L::kBlockBytes, kSeesawCopyArrivals);
             tma_load_2d(dst + k * L::kBlockBytes, kv_map, 64 * k, y, bar(buf, k));
           };
           for (int k = first; k < last; ++k) box(k);

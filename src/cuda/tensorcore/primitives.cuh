@@ -224,9 +224,9 @@ __device__ __forceinline__ void pin_registers(unsigned (&r)[K][N]) {
     for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[k][i])::"memory");
 }
 
-// mbarriers of the seesaw engine: each phase completes when 128 arrivals
-// are in, each thread's counted only once its earlier cp.async copies have
-// landed (the .noinc form, which leaves the pending count alone).
+// mbarriers of the seesaw engine: each phase completes when `count`
+// arrivals are in, a thread's counted only once its earlier cp.async copies
+// have landed (the .noinc form, which leaves the pending count alone).
 __device__ __forceinline__ void mbarrier_init(u32 bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
