@@ -66,6 +66,8 @@ struct PhaseShape {
 std::size_t hash_value(const PhaseShape& shape);
 std::string describe(const PhaseShape& shape);  // one line, for traces and errors
 std::int32_t batch_bucket_of(std::int64_t requests);
+// Ceiling power of two of a phase's longest q_len, capped at the largest int32.
+std::int32_t max_q_len_bucket_of(std::int64_t longest_q_len);
 // Shape of a phase produced by the planner; `whole` is the batch it came from.
 PhaseShape shape_of(const Phase& phase, const Problem& whole);
 

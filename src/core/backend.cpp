@@ -5,17 +5,13 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <limits>
 
 #include "helixmla/error.hpp"
 
 namespace helixmla {
 
 namespace {
-
-std::int32_t next_power_of_two(std::int64_t value) {
-  if (value <= 1) return 1;
-  return static_cast<std::int32_t>(std::bit_ceil(static_cast<std::uint64_t>(value)));
-}
 
 std::string_view to_string(PhaseKind kind) {
   return kind == PhaseKind::context ? "context" : "generation";
@@ -85,6 +81,16 @@ std::int32_t batch_bucket_of(std::int64_t requests) {
   return static_cast<std::int32_t>(std::bit_floor(static_cast<std::uint64_t>(requests)));
 }
 
+std::int32_t max_q_len_bucket_of(std::int64_t longest_q_len) {
+  if (longest_q_len <= 1) return 1;
+  // Past 2^30 the next power of two is 2^31, which int32 cannot hold; the
+  // largest int32 still bounds the real length from above, which is what
+  // backends that size rows from the bucket rely on.
+  constexpr std::int64_t kInt32Max = std::numeric_limits<std::int32_t>::max();
+  return static_cast<std::int32_t>(
+      std::min<std::uint64_t>(std::bit_ceil(static_cast<std::uint64_t>(longest_q_len)), kInt32Max));
+}
+
 PhaseShape shape_of(const Phase& phase, const Problem& whole) {
   const Problem& part = phase.problem;
   PhaseShape shape;
@@ -105,7 +111,7 @@ PhaseShape shape_of(const Phase& phase, const Problem& whole) {
   // Context lengths differ from step to step; keeping them out of the key
   // (only their power-of-two bucket counts) keeps the selector cache bounded.
   shape.q_len = phase.kind == PhaseKind::generation && uniform ? longest : 0;
-  shape.max_q_len = next_power_of_two(longest);
+  shape.max_q_len = max_q_len_bucket_of(longest);
   shape.batch_bucket = batch_bucket_of(part.num_requests());
   shape.batch_has_generations = whole.num_generations() > 0;
   shape.helix = whole.helix.enabled();

@@ -53,14 +53,15 @@ std::int64_t helix_owned_tokens(std::int64_t tokens, std::int32_t page_size, std
   return owned_pages(full_pages, cp, rank) * page_size + tail_owned;
 }
 
-HelixRequestView helix_localize_request(std::int32_t kv_len, std::int32_t q_len,
-                                        std::span<const std::int32_t> global_row,
-                                        std::int32_t page_size, std::int32_t cp,
-                                        std::int32_t rank) {
-  check_ranks(cp, rank);
-  check_page_size(page_size);
-  if (kv_len < 0) throw InvalidArgument("kv_len", -1, std::to_string(kv_len), "must be >= 0");
-  if (q_len < 0) throw InvalidArgument("q_len", -1, std::to_string(q_len), "must be >= 0");
+namespace {
+
+// `request` is the request's index in the batch its lengths came from, for
+// the error; -1 where the caller passed one request alone.
+HelixRequestView localize_request(std::int32_t kv_len, std::int32_t q_len, std::span<const std::int32_t> global_row,
+                                  std::int32_t page_size, std::int32_t cp, std::int32_t rank,
+                                  std::int64_t request) {
+  if (kv_len < 0) throw InvalidArgument("kv_len", request, std::to_string(kv_len), "must be >= 0");
+  if (q_len < 0) throw InvalidArgument("q_len", request, std::to_string(q_len), "must be >= 0");
   const std::int64_t pages = pages_for(kv_len, page_size);
   if (static_cast<std::int64_t>(global_row.size()) < pages) {
     throw InvalidArgument("page_table_stride", -1, std::to_string(global_row.size()),
@@ -79,10 +80,26 @@ HelixRequestView helix_localize_request(std::int32_t kv_len, std::int32_t q_len,
   return view;
 }
 
+}  // namespace
+
+HelixRequestView helix_localize_request(std::int32_t kv_len, std::int32_t q_len,
+                                        std::span<const std::int32_t> global_row,
+                                        std::int32_t page_size, std::int32_t cp,
+                                        std::int32_t rank) {
+  check_ranks(cp, rank);
+  check_page_size(page_size);
+  return localize_request(kv_len, q_len, global_row, page_size, cp, rank, -1);
+}
+
 HelixLocalMetadata helix_localize(const Problem& global, std::int32_t cp, std::int32_t rank) {
   check_ranks(cp, rank);
-  if (global.helix.enabled()) {
+  check_page_size(global.kv.page_size);
+  if (global.helix.cp_size > 1) {
     throw InvalidArgument("helix.cp_size", -1, std::to_string(global.helix.cp_size),
+                          "the global batch must not already be Helix-split");
+  }
+  if (!global.helix.token_kv_bounds.empty()) {
+    throw InvalidArgument("helix.token_kv_bounds", -1, std::to_string(global.helix.token_kv_bounds.size()) + " bounds",
                           "the global batch must not already be Helix-split");
   }
   const std::int32_t requests = global.num_requests();
@@ -108,8 +125,7 @@ HelixLocalMetadata helix_localize(const Problem& global, std::int32_t cp, std::i
   for (std::int32_t r = 0; r < requests; ++r) {
     auto row = global.page_table.subspan(static_cast<std::size_t>(r) * stride,
                                          static_cast<std::size_t>(stride));
-    views.push_back(helix_localize_request(global.kv_len[r], global.q_len[r], row,
-                                           global.kv.page_size, cp, rank));
+    views.push_back(localize_request(global.kv_len[r], global.q_len[r], row, global.kv.page_size, cp, rank, r));
     local_stride = std::max(local_stride, views.back().page_row.size());
   }
   local.page_table_stride = static_cast<std::int32_t>(local_stride);
@@ -160,6 +176,7 @@ std::vector<std::int64_t> helix_kv_append_rows(std::span<const std::int32_t> q_l
   for (std::size_t r = 0; r < q_len.size(); ++r) {
     const auto index = static_cast<std::int64_t>(r);
     if (q_len[r] < 0) throw InvalidArgument("q_len", index, std::to_string(q_len[r]), "must be >= 0");
+    if (kv_len[r] < 0) throw InvalidArgument("kv_len", index, std::to_string(kv_len[r]), "must be >= 0");
     if (q_len[r] > kv_len[r]) {
       throw InvalidArgument("q_len", index, std::to_string(q_len[r]),
                             "new tokens must not exceed kv_len = " + std::to_string(kv_len[r]));

@@ -42,12 +42,6 @@ std::vector<DType> q_dtypes_for(const SweepSpace& space, DType kv) {
   return kv == DType::fp8_e4m3 ? space.fp8_q_dtypes : std::vector<DType>{kv};
 }
 
-std::int32_t next_power_of_two(std::int32_t v) {
-  std::int32_t p = 1;
-  while (p < v) p *= 2;
-  return p;
-}
-
 // The shape shape_of() derives for a phase of the batch this cell describes.
 PhaseShape cell_shape(const SweepSpace& space, Arch arch, PhaseKind phase, DType kv, DType q, bool helix,
                       std::int32_t page, std::int32_t heads, std::int32_t q_len) {
@@ -59,11 +53,11 @@ PhaseShape cell_shape(const SweepSpace& space, Arch arch, PhaseKind phase, DType
   s.page_size = page;
   if (phase == PhaseKind::generation) {
     s.q_len = q_len;
-    s.max_q_len = next_power_of_two(q_len);
+    s.max_q_len = max_q_len_bucket_of(q_len);
     s.batch_bucket = batch_bucket_of(space.generations);
   } else {
     s.q_len = 0;
-    s.max_q_len = next_power_of_two(space.context_len);
+    s.max_q_len = max_q_len_bucket_of(space.context_len);
     s.batch_bucket = batch_bucket_of(space.contexts);
   }
   s.batch_has_generations = true;

@@ -143,9 +143,10 @@ void validate_requests(const Problem& p) {
                          p.num_contexts, p.q_len[p.num_contexts]));
     }
   }
-  // Helix bounds replace the verify-group mask, and a rank's local KV may be
-  // shorter than the query group.
-  if (p.helix.token_kv_bounds.empty()) {
+  // A Helix rank's local KV may be shorter than the query group, or empty
+  // while the rank holds none of a request's pages yet; per-token bounds, or
+  // for single tokens the plain mask (see validate_helix), cover it.
+  if (!p.helix.enabled()) {
     for (std::int64_t r = 0; r < requests; ++r) {
       if (p.q_len[r] > p.kv_len[r]) {
         reject("q_len", r, text(p.q_len[r]),

@@ -168,6 +168,26 @@ TEST(GenericHelix, BoundsReplaceTheMaskAndEmptyRowsAreExact) {
   }
 }
 
+// A rank that holds none of a request's pages yet has local kv_len 0; single
+// tokens need no bounds there (the plain mask sees the whole local KV).
+TEST(GenericHelix, SingleTokensOfARankHoldingNothingNeedNoBounds) {
+  HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(1);
+  for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
+    BatchSpec spec = generic_spec(16, 16, 1, {0, 700, 0, 45}, kv);
+    spec.seed = 131;
+    SyntheticBatch host(spec);
+    const BackendPtr backend = cuda::make_generic_backend();
+    DeviceBatch device(host);
+    TestStream stream;
+    device.poison_outputs();
+    Problem device_problem = device.problem();
+    device_problem.helix = {.cp_size = 2, .cp_rank = 1};
+    run_backend_phases(*backend, device_problem, stream.get());
+    device.download_outputs();
+    expect_matches_reference(host, fmt::format("helix, no bounds, kv={}", to_string(kv)), device_problem.helix);
+  }
+}
+
 SyntheticBatch long_request(std::int32_t heads, std::int32_t q_len, std::int32_t page, DType kv) {
   BatchSpec spec = generic_spec(heads, page, q_len, {20000}, kv);
   spec.seed = 2024 + heads;

@@ -635,6 +635,33 @@ TEST(TensorcoreHelix, PerTokenBoundsAndStats) {
   }
 }
 
+// A rank that holds none of a request's pages yet has local kv_len 0; single
+// tokens need no bounds there (the plain mask sees the whole local KV). Small
+// and large batches, so that every engine the catalog picks meets empty rows.
+TEST(TensorcoreHelix, SingleTokensOfARankHoldingNothingNeedNoBounds) {
+  SKIP_WITHOUT_TENSORCORE();
+  for (std::int32_t heads : {16, 48, 128}) {
+    for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
+      for (std::int32_t generations : {4, 32}) {
+        BatchSpec spec = decode_spec(heads, 1, 64, kv);
+        spec.generations = generations;
+        spec.kv_len = {0, 1000, 0, 70};
+        SyntheticBatch host(spec);
+        DeviceBatch device(host);
+        TestStream stream;
+        Problem p = device.problem();
+        p.helix.cp_size = 2;
+        p.helix.cp_rank = 1;
+        device.poison_outputs();
+        check_cuda(cudaDeviceSynchronize(), "poison");
+        ASSERT_NO_THROW(run_tensorcore(p, stream.get())) << label_of(spec);
+        device.download_outputs();
+        expect_matches_reference(host, label_of(spec) + " helix, no bounds", p.helix);
+      }
+    }
+  }
+}
+
 TEST(TensorcoreSplitKv, FewLongRequestsAreSplitAndCombined) {
   SKIP_WITHOUT_TENSORCORE();
   struct Case {

@@ -49,7 +49,9 @@ std::int32_t owner(const HelixCase& c, std::int32_t page, std::int32_t pages) {
   return c.round_robin ? page % c.parts : static_cast<std::int32_t>(std::int64_t{page} * c.parts / pages);
 }
 
-std::vector<Part> split(const HelixCase& c, const Problem& whole) {
+// Parts of single tokens may leave their bounds out (`bounds` false): each
+// token then sees its part's whole local KV, which the plain mask gives.
+std::vector<Part> split(const HelixCase& c, const Problem& whole, bool bounds = true) {
   const std::int32_t P = c.page_size;
   const std::int32_t pages = (c.kv_len + P - 1) / P;
   auto tokens_in_page = [&](std::int32_t b) { return std::min(P, c.kv_len - b * P); };
@@ -89,7 +91,7 @@ std::vector<Part> split(const HelixCase& c, const Problem& whole) {
     p.stats.data = part.stats.data();
     p.helix.cp_size = c.parts;
     p.helix.cp_rank = i;
-    p.helix.token_kv_bounds = part.bounds;
+    if (bounds) p.helix.token_kv_bounds = part.bounds;
   }
   return parts;
 }
@@ -122,53 +124,58 @@ TEST_P(HelixIdentity, CombinedPartsMatchTheWholeSequence) {
   reference_attention(whole, 2);
   const testing::NaiveResult exact = testing::naive_attention(whole);
 
-  std::vector<Part> parts = split(c, whole);
-  for (Part& part : parts) {
-    ASSERT_NO_THROW(validate(part.problem)) << "part " << part.problem.helix.cp_rank;
-    reference_attention(part.problem, 2);
-  }
-
-  const std::int64_t rank = c.dims.kv_lora_rank;
-  const double rounding = (whole.out_dtype == DType::bf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11)) * 1.001;
-  std::int64_t bad = 0;
-  std::string first;
-  for (std::int64_t row = 0; row < std::int64_t{c.q_len} * c.heads; ++row) {
-    // DESIGN §5: M = max_i m_i, w_i = l_i e^(m_i - M) / sum_j l_j e^(m_j - M),
-    // o = sum_i w_i o_i.
-    double M = -std::numeric_limits<double>::infinity();
-    for (const Part& part : parts) M = std::max(M, static_cast<double>(part.stats[2 * row]));
-    std::vector<double> w;
-    double total = 0.0;
-    for (const Part& part : parts) {
-      const double m = part.stats[2 * row], l = part.stats[2 * row + 1];
-      w.push_back(l == 0.0 ? 0.0 : l * std::exp(m - M));
-      total += w.back();
+  // Single tokens run both ways: with their bounds and with the plain mask.
+  for (const bool bounds : {true, false}) {
+    if (!bounds && c.q_len != 1) continue;
+    SCOPED_TRACE(bounds ? "with bounds" : "plain mask");
+    std::vector<Part> parts = split(c, whole, bounds);
+    for (Part& part : parts) {
+      ASSERT_NO_THROW(validate(part.problem)) << "part " << part.problem.helix.cp_rank;
+      reference_attention(part.problem, 2);
     }
-    for (double& wi : w) wi /= total;
 
-    EXPECT_EQ(static_cast<float>(M), whole.stats.data[2 * row]) << "row " << row;
-    EXPECT_NEAR(total, whole.stats.data[2 * row + 1], 1e-5 * total) << "row " << row;
+    const std::int64_t rank = c.dims.kv_lora_rank;
+    const double rounding = (whole.out_dtype == DType::bf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11)) * 1.001;
+    std::int64_t bad = 0;
+    std::string first;
+    for (std::int64_t row = 0; row < std::int64_t{c.q_len} * c.heads; ++row) {
+      // DESIGN §5: M = max_i m_i, w_i = l_i e^(m_i - M) / sum_j l_j e^(m_j - M),
+      // o = sum_i w_i o_i.
+      double M = -std::numeric_limits<double>::infinity();
+      for (const Part& part : parts) M = std::max(M, static_cast<double>(part.stats[2 * row]));
+      std::vector<double> w;
+      double total = 0.0;
+      for (const Part& part : parts) {
+        const double m = part.stats[2 * row], l = part.stats[2 * row + 1];
+        w.push_back(l == 0.0 ? 0.0 : l * std::exp(m - M));
+        total += w.back();
+      }
+      for (double& wi : w) wi /= total;
 
-    for (std::int64_t d = 0; d < rank; ++d) {
-      double o = 0.0, magnitude = 0.0;
-      for (std::size_t i = 0; i < parts.size(); ++i) {
-        const double oi = load_as_float(parts[i].out.data(), whole.out_dtype, row * rank + d);
-        ASSERT_TRUE(std::isfinite(oi)) << "part " << i << " row " << row << " left unwritten";
-        o += w[i] * oi;
-        magnitude += w[i] * std::fabs(oi);
+      EXPECT_EQ(static_cast<float>(M), whole.stats.data[2 * row]) << "row " << row;
+      EXPECT_NEAR(total, whole.stats.data[2 * row + 1], 1e-5 * total) << "row " << row;
+
+      for (std::int64_t d = 0; d < rank; ++d) {
+        double o = 0.0, magnitude = 0.0;
+        for (std::size_t i = 0; i < parts.size(); ++i) {
+          const double oi = load_as_float(parts[i].out.data(), whole.out_dtype, row * rank + d);
+          ASSERT_TRUE(std::isfinite(oi)) << "part " << i << " row " << row << " left unwritten";
+          o += w[i] * oi;
+          magnitude += w[i] * std::fabs(oi);
+        }
+        const double want = exact.out[row * rank + d];
+        // Each part's output was rounded to the output dtype before combining.
+        if (!(std::fabs(o - want) <= rounding * magnitude + 3e-8)) {
+          if (bad++ == 0) first = "row " + std::to_string(row) + " dim " + std::to_string(d) + ": " +
+                                  std::to_string(o) + " vs " + std::to_string(want);
+        }
+        // The whole-sequence reference itself agrees at its own rounding.
+        const double whole_o = load_as_float(whole.out, whole.out_dtype, row * rank + d);
+        EXPECT_LE(std::fabs(whole_o - want), rounding * std::fabs(want) + 3e-8);
       }
-      const double want = exact.out[row * rank + d];
-      // Each part's output was rounded to the output dtype before combining.
-      if (!(std::fabs(o - want) <= rounding * magnitude + 3e-8)) {
-        if (bad++ == 0) first = "row " + std::to_string(row) + " dim " + std::to_string(d) + ": " +
-                                std::to_string(o) + " vs " + std::to_string(want);
-      }
-      // The whole-sequence reference itself agrees at its own rounding.
-      const double whole_o = load_as_float(whole.out, whole.out_dtype, row * rank + d);
-      EXPECT_LE(std::fabs(whole_o - want), rounding * std::fabs(want) + 3e-8);
     }
+    EXPECT_EQ(bad, 0) << first;
   }
-  EXPECT_EQ(bad, 0) << first;
 }
 
 // A part whose bounds are all zero adds nothing: its statistics are (-inf, 0).
@@ -197,6 +204,7 @@ std::vector<HelixCase> cases() {
   add({.name = "cp2_contiguous_decode", .parts = 2, .round_robin = false, .kv_len = 100, .q_len = 1});
   add({.name = "cp3_round_robin_verify_straddles_pages", .parts = 3, .kv_len = 98, .q_len = 4});
   add({.name = "cp3_round_robin_one_part_empty", .parts = 3, .kv_len = 100, .q_len = 3, .page_size = 64});
+  add({.name = "cp3_round_robin_decode_one_part_empty", .parts = 3, .kv_len = 100, .q_len = 1, .page_size = 64});
   add({.name = "cp3_contiguous_one_part_empty", .parts = 3, .round_robin = false, .kv_len = 100, .q_len = 2,
        .page_size = 64});
   add({.name = "cp2_first_token_sees_nothing_locally", .parts = 2, .kv_len = 18, .q_len = 3});

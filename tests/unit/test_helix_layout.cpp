@@ -209,6 +209,30 @@ TEST(HelixLayout, RejectsBadInput) {
   } catch (const InvalidArgument& e) {
     EXPECT_EQ(e.field(), "helix.cp_size");
   }
+  split.helix.cp_size = 1;
+  const std::vector<std::int32_t> bounds(static_cast<std::size_t>(split.num_tokens()), 1);
+  split.helix.token_kv_bounds = bounds;
+  try {
+    helix_localize(split, 2, 0);
+    FAIL() << "a batch with Helix bounds accepted as a global one";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(e.field(), "helix.token_kv_bounds");
+  }
+
+  // A request's bad length is named with its index in the batch.
+  Problem global = batch.problem();
+  std::vector<std::int32_t> kv_len(global.kv_len.begin(), global.kv_len.end());
+  ASSERT_GE(kv_len.size(), 2u);
+  kv_len[1] = -5;
+  global.kv_len = kv_len;
+  try {
+    helix_localize(global, 2, 0);
+    FAIL() << "kv_len -5 accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(e.field(), "kv_len");
+    EXPECT_EQ(e.index(), 1);
+    EXPECT_EQ(e.value(), "-5");
+  }
 }
 
 TEST(HelixLayout, AppendRowsGoToTheOwningRankOnly) {
@@ -236,6 +260,15 @@ TEST(HelixLayout, AppendRowsGoToTheOwningRankOnly) {
       }
     }
     for (int w : writers) EXPECT_EQ(w, 1) << "cp " << cp;
+  }
+  const std::vector<std::int32_t> negative_kv = {34, -1, 66};
+  try {
+    helix_kv_append_rows(q_len, negative_kv, table, stride, page, 16, 2, 1);
+    FAIL() << "kv_len -1 accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(e.field(), "kv_len");
+    EXPECT_EQ(e.index(), 1);
+    EXPECT_EQ(e.value(), "-1");
   }
   const std::vector<std::int32_t> bad_table = {10, 99, -1, 12, -1, -1, 13, 14, 15};
   try {

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <functional>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -496,6 +497,17 @@ TEST(ShapeOf, BatchBucketIsTheFloorPowerOfTwo) {
   EXPECT_EQ(batch_bucket_of(63), 32);
   EXPECT_EQ(batch_bucket_of(64), 64);
   EXPECT_EQ(batch_bucket_of(100000), 65536);
+}
+
+TEST(ShapeOf, MaxQLenBucketIsTheCeilingPowerOfTwoWithinInt32) {
+  constexpr std::int32_t kInt32Max = std::numeric_limits<std::int32_t>::max();
+  EXPECT_EQ(max_q_len_bucket_of(0), 1);
+  EXPECT_EQ(max_q_len_bucket_of(1), 1);
+  EXPECT_EQ(max_q_len_bucket_of(3), 4);
+  EXPECT_EQ(max_q_len_bucket_of(512), 512);
+  EXPECT_EQ(max_q_len_bucket_of(std::int64_t{1} << 30), 1 << 30);
+  EXPECT_EQ(max_q_len_bucket_of((std::int64_t{1} << 30) + 1), kInt32Max);
+  EXPECT_EQ(max_q_len_bucket_of(kInt32Max), kInt32Max);
 }
 
 TEST(ShapeOf, DeviceLocationAndDescription) {

@@ -161,6 +161,12 @@ TEST(TensorcoreCatalog, ChecksNameWhatIsOutsideTheKernel) {
   context.max_q_len = 512;
   EXPECT_TRUE(b->check(context));
   EXPECT_EQ(tensorcore_variant_for(context).rows, 64);
+  // Past 2^30 tokens the bucket is capped, not wrapped, so the int32 row
+  // count is still refused.
+  PhaseShape huge = context;
+  huge.num_heads = 2;
+  huge.max_q_len = max_q_len_bucket_of((std::int64_t{1} << 30) + 1);
+  EXPECT_FALSE(b->check(huge));
 }
 
 TEST(TensorcoreCatalog, RowTileFollowsRowsPerRequest) {

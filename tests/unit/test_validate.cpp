@@ -464,6 +464,21 @@ TEST_F(Validate, HelixVerifyGroupsNeedBounds) {
   EXPECT_NO_THROW(validate(p_));
 }
 
+// A rank holding none of a request's pages yet has local kv_len 0 (helix.hpp);
+// its single token then sees nothing, which the plain mask gives. Outside
+// Helix the new token is part of the KV, so kv_len 0 cannot hold it.
+TEST_F(Validate, HelixRankMayHoldNoneOfARequestYet) {
+  std::fill(q_len_.begin(), q_len_.end(), 1);
+  kv_len_[2] = 0;
+  bind();
+  p_.stats.tokens = p_.num_tokens();
+  const InvalidArgument e = rejection();
+  EXPECT_EQ(e.field(), "q_len");
+  EXPECT_EQ(e.index(), 2);
+  p_.helix.cp_size = 2;
+  EXPECT_NO_THROW(validate(p_));
+}
+
 TEST_F(Validate, ReportsTheFirstViolatedRule) {
   p_.num_heads = 0;
   page_table_[0] = -1;
