@@ -8,15 +8,18 @@
 #include <fstream>
 #include <string>
 
+#include "core/json_input.hpp"
 #include "helixmla/environment.hpp"
 #include "helixmla/error.hpp"
 
 namespace helixmla::tools {
 
-// For input-file flags (--suite): a file that cannot be opened is refused
+// For input-file flags (--suite): a file that cannot be read is refused
 // while the flags are read, like any other bad value; what is wrong inside
-// it (or that it is a directory) is the loader's to say.
+// it is the loader's to say. Its kind is checked first, since opening a FIFO
+// would wait for a writer.
 inline std::string unreadable_file_complaint(const std::string& path) {
+  if (const std::string refusal = input_file_refusal(path); !refusal.empty()) return "'" + path + "' " + refusal;
   return std::ifstream(path) ? std::string() : "'" + path + "' cannot be opened for reading";
 }
 

@@ -9,9 +9,10 @@ namespace helixmla {
 // device index or timeout, and it keeps values within int.
 inline constexpr long long kEnvIntegerLimit = 1LL << 30;
 
-// `text` (the value of variable `name`) as an integer in [lowest, most];
-// anything else (trailing characters, out of range, overflow) throws
-// InvalidArgument naming the variable and the range.
+// `text` (the value of variable `name`) as a decimal integer in [lowest,
+// most]; anything else (a '+', spaces or other characters around the
+// digits, a value out of range) throws InvalidArgument naming the variable
+// and the range.
 long long parse_env_integer(const char* name, const char* text, long long lowest, long long most = kEnvIntegerLimit);
 
 }  // namespace helixmla

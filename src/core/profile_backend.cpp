@@ -633,6 +633,8 @@ std::shared_ptr<ProfileBackend> parse_backend(const json& object, const std::str
 
   const json& archs = required(object, "archs", where);
   require_array(archs, where + ".archs");
+  // An empty list would leave the backend unavailable on every machine.
+  if (archs.empty()) bad(where + ".archs", archs, "must list at least one architecture");
   for (std::size_t i = 0; i < archs.size(); ++i) {
     backend->archs_.push_back(arch_at(archs[i], fmt::format("{}.archs[{}]", where, i)));
   }

@@ -1,6 +1,5 @@
 #include "helixmla/environment.hpp"
 
-#include <cctype>
 #include <cstdlib>
 #include <string>
 
@@ -33,14 +32,12 @@ std::string to_string(std::span<const Arch> archs) {
   return text;
 }
 
+// Only the names to_string gives: reading the digits alone took "xyz90abc"
+// for sm90, and let "sm90" and "90" both through a list's check for
+// repeated entries.
 std::optional<Arch> parse_arch(std::string_view name) {
-  std::string digits;
-  for (char c : name) {
-    if (std::isdigit(static_cast<unsigned char>(c))) digits += c;
-  }
-  if (name == "none" || name == "cpu") return Arch::none;
   for (Arch arch : kAllArchs) {
-    if (arch != Arch::none && to_string(arch).substr(2) == digits) return arch;
+    if (to_string(arch) == name) return arch;
   }
   return std::nullopt;
 }

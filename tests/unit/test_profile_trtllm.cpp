@@ -414,6 +414,33 @@ TEST(ProfileSchema, EmptyScopeListsAreRejected) {
   doc = nlohmann::json::parse(profile_text("trtllm"));
   doc["scope"]["phases"] = nlohmann::json::array();
   EXPECT_EQ(field_of_error(doc), "profile.scope.phases");
+  // A backend with no architecture would be unavailable on every machine.
+  doc = nlohmann::json::parse(profile_text("trtllm"));
+  doc["backends"][1]["archs"] = nlohmann::json::array();
+  EXPECT_EQ(field_of_error(doc), "profile.backends[1].archs");
+}
+
+// nlohmann would keep the last of a repeated key without a word: the name
+// checked for path parts could be another than the one a reader sees.
+TEST(ProfileSchema, RepeatedKeysAreRejected) {
+  const auto error_of = [](const std::string& text) {
+    try {
+      parse_profile(text, "twice.json");
+    } catch (const InvalidArgument& e) {
+      return e.field() + " = " + e.value();
+    }
+    return std::string("no error");
+  };
+  const std::string good = profile_text("trtllm");
+  EXPECT_EQ(error_of(good), "no error");
+  std::string text = good;
+  text.insert(text.find('{') + 1, R"("name": "../x",)");
+  EXPECT_EQ(error_of(text), "profile.name = twice.json");
+  text = good;
+  const std::string second = R"("name": "flashinfer_trtllm_gen")";
+  ASSERT_NE(text.find(second), std::string::npos);
+  text.insert(text.find(second), R"("priority": 1, )");
+  EXPECT_EQ(error_of(text), "profile.backends[1].priority = twice.json");
 }
 
 // A profile's name becomes part of file names; conditions nest, so their

@@ -3,16 +3,23 @@
 // decisions are cached by the full shape.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <filesystem>
 
 #include <atomic>
+#include <chrono>
 #include <functional>
+#include <future>
 #include <limits>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "core/candidates.hpp"
+#include "core/env_integer.hpp"
 #include "helixmla/error.hpp"
 #include "helixmla/planner.hpp"
 #include "helixmla/selector.hpp"
@@ -578,6 +585,95 @@ TEST(PerfTable, ErrorsNameTheField) {
   EXPECT_EQ(field_of("{\"version\":1,\"entries\":[],\"note\":\"x\"}"), "perf_table.note");
   EXPECT_EQ(broken("\"a\":1.0", "\"a\":2.0"), "perf_table.entries[1].times_us.a") << "a repeated shape";
   EXPECT_EQ(broken("\"a\":1.0", "\"b\":2.0"), "no error") << "another backend of the same shape";
+  EXPECT_EQ(broken("\"sm90\"", "\"90\""), "perf_table.entries[1].arch") << "only the names to_string gives";
+}
+
+// JSON leaves a repeated key to the reader; nlohmann would keep the last one
+// without a word, so 999 heads could hide behind 16.
+TEST(PerfTable, RepeatedKeysAreErrors) {
+  const auto field_of = [](const std::string& text) {
+    try {
+      PerfTable::from_json(text, "t.json");
+    } catch (const InvalidArgument& e) {
+      return e.field();
+    }
+    return std::string("no error");
+  };
+  const std::string entry =
+      R"({"arch":"sm90","kv_dtype":"bf16","heads":999,"heads":16,"q_len":1,"page_size":64,"batch_bucket":1,)"
+      R"("times_us":{"a":1.0}})";
+  try {
+    PerfTable::from_json("{\"version\":1,\"entries\":[" + entry + "]}", "t.json");
+    ADD_FAILURE() << "a repeated key was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_STREQ(e.what(),
+                 "invalid perf_table.entries[0].heads = t.json: appears more than once in its object (JSON "
+                 "readers differ on which one counts)");
+  }
+  EXPECT_EQ(field_of("{\"version\":1,\"entries\":[[],{},[{}]," + entry + "]}"), "perf_table.entries[3].heads");
+  EXPECT_EQ(field_of(R"({"version":1,"entries":[],"version":1})"), "perf_table.version");
+  EXPECT_EQ(field_of(R"({"version":1,"entries":[{"times_us":{"a":1.0,"a":2.0}}]})"),
+            "perf_table.entries[0].times_us.a");
+  // The same key in sibling or nested objects is no repeat: the error is the
+  // first entry's missing field.
+  EXPECT_EQ(field_of(R"({"version":1,"entries":[{"arch":"sm90"},{"arch":[{"arch":1}]}]})"),
+            "perf_table.entries[0].kv_dtype");
+}
+
+// Opening a FIFO waits for a writer, for ever if none comes: it is refused
+// by its kind, unopened.
+TEST(PerfTable, AFifoIsRefusedWithoutOpeningIt) {
+  const std::filesystem::path fifo =
+      std::filesystem::temp_directory_path() / ("helixmla-test-fifo-" + std::to_string(::getpid()));
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << fifo;
+  auto loading = std::async(std::launch::async, [&] { return PerfTable::load(fifo.string(), "HELIXMLA_PERF_TABLE"); });
+  if (loading.wait_for(std::chrono::seconds(10)) == std::future_status::timeout) {
+    ::close(::open(fifo.c_str(), O_WRONLY));  // frees the loader, blocked in opening it
+    ADD_FAILURE() << "the loader opened the FIFO";
+  }
+  try {
+    loading.get();
+    ADD_FAILURE() << "a FIFO was read as a performance table";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(e.field(), "HELIXMLA_PERF_TABLE");
+    EXPECT_EQ(e.value(), fifo.string());
+    EXPECT_EQ(e.rule(), "is a FIFO (named pipe), not a performance table file");
+  }
+  std::filesystem::remove(fifo);
+}
+
+TEST(ParseArch, ReadsOnlyTheNamesToStringGives) {
+  for (const Arch arch : kAllArchs) EXPECT_EQ(parse_arch(to_string(arch)), arch) << to_string(arch);
+  for (const char* junk : {"xyz90abc", "9.0", "sm_1_0_0", "qq90", "90", "sm_90", "sm90a", "SM90", " sm90", "sm90 ",
+                           "cpu", "sm", ""}) {
+    EXPECT_EQ(parse_arch(junk), std::nullopt) << junk;
+  }
+}
+
+// Environment variables are read as the integer flags are, and a value too
+// large is said to be too large, whatever its size.
+TEST(EnvInteger, ReadsPlainDecimalsAndNamesTheRange) {
+  const auto error_of = [](const char* text, long long most = kEnvIntegerLimit) {
+    try {
+      return std::to_string(parse_env_integer("V", text, 0, most));
+    } catch (const InvalidArgument& e) {
+      EXPECT_EQ(e.field(), "V");
+      EXPECT_EQ(e.value(), text);
+      return e.rule();
+    }
+  };
+  EXPECT_EQ(error_of("0"), "0");
+  EXPECT_EQ(error_of("-0"), "0");
+  EXPECT_EQ(error_of("007"), "7");
+  EXPECT_EQ(error_of("1073741824"), "1073741824");
+  for (const char* text : {"+0", " 0", "0 ", "\t1", "1x", "0x1", "", "-", "-1", "-99999999999999999999"}) {
+    EXPECT_EQ(error_of(text), "must be an integer of at least 0") << '"' << text << '"';
+  }
+  EXPECT_EQ(error_of("99999999999999999999"), "is too large; must be an integer from 0 to 1073741824");
+  EXPECT_EQ(error_of("1073741825"), "is too large; must be an integer from 0 to 1073741824");
+  EXPECT_EQ(error_of("8", 7), "is too large; must be an integer from 0 to 7");
+  EXPECT_EQ(error_of("99999999999999999999", 7), "is too large; must be an integer from 0 to 7");
+  EXPECT_EQ(error_of("-1", 7), "must be an integer from 0 to 7");
 }
 
 // Hostile or broken files end in an error, not in a stack overflow of the
