@@ -16,7 +16,7 @@ enum class Arch : std::uint8_t { none, sm80, sm86, sm89, sm90, sm100, sm103, sm1
 
 std::string_view to_string(Arch arch);
 std::string to_string(std::span<const Arch> archs);  // "sm100, sm103"
-std::optional<Arch> parse_arch(std::string_view name);  // "none", "sm90", "90", "sm_90a", ...
+std::optional<Arch> parse_arch(std::string_view name);  // "none" or "cpu"; "sm90", "90", "sm_90", "sm_90a"
 Arch arch_from_compute_capability(int major, int minor);
 inline constexpr Arch kAllArchs[] = {Arch::none,  Arch::sm80,  Arch::sm86,  Arch::sm89,
                                      Arch::sm90,  Arch::sm100, Arch::sm103, Arch::sm120};

@@ -32,12 +32,20 @@ std::string to_string(std::span<const Arch> archs) {
   return text;
 }
 
-// Only the names to_string gives: reading the digits alone took "xyz90abc"
-// for sm90, and let "sm90" and "90" both through a list's check for
-// repeated entries.
+// The names to_string gives, and NVIDIA's spellings of the same: the bare
+// number ("90"), "sm_90", and a feature suffix ("sm90a", "sm_100f"). Nothing
+// looser: reading the digits alone took "xyz90abc" for sm90.
 std::optional<Arch> parse_arch(std::string_view name) {
+  if (name == "cpu") return Arch::none;
+  std::string_view number = name;
+  if (number.starts_with("sm_")) {
+    number.remove_prefix(3);
+  } else if (number.starts_with("sm")) {
+    number.remove_prefix(2);
+  }
+  if (number.ends_with('a') || number.ends_with('f')) number.remove_suffix(1);
   for (Arch arch : kAllArchs) {
-    if (to_string(arch) == name) return arch;
+    if (to_string(arch) == name || (arch != Arch::none && to_string(arch).substr(2) == number)) return arch;
   }
   return std::nullopt;
 }

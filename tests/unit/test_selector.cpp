@@ -585,7 +585,7 @@ TEST(PerfTable, ErrorsNameTheField) {
   EXPECT_EQ(field_of("{\"version\":1,\"entries\":[],\"note\":\"x\"}"), "perf_table.note");
   EXPECT_EQ(broken("\"a\":1.0", "\"a\":2.0"), "perf_table.entries[1].times_us.a") << "a repeated shape";
   EXPECT_EQ(broken("\"a\":1.0", "\"b\":2.0"), "no error") << "another backend of the same shape";
-  EXPECT_EQ(broken("\"sm90\"", "\"90\""), "perf_table.entries[1].arch") << "only the names to_string gives";
+  EXPECT_EQ(broken("\"sm90\"", "\"9.0\""), "perf_table.entries[1].arch") << "not an architecture's name";
 }
 
 // JSON leaves a repeated key to the reader; nlohmann would keep the last one
@@ -642,10 +642,13 @@ TEST(PerfTable, AFifoIsRefusedWithoutOpeningIt) {
   std::filesystem::remove(fifo);
 }
 
-TEST(ParseArch, ReadsOnlyTheNamesToStringGives) {
+TEST(ParseArch, ReadsCanonicalAndNvidiaSpellingsOnly) {
   for (const Arch arch : kAllArchs) EXPECT_EQ(parse_arch(to_string(arch)), arch) << to_string(arch);
-  for (const char* junk : {"xyz90abc", "9.0", "sm_1_0_0", "qq90", "90", "sm_90", "sm90a", "SM90", " sm90", "sm90 ",
-                           "cpu", "sm", ""}) {
+  for (const char* sm90 : {"90", "sm_90", "sm90a", "sm_90a", "90a"}) EXPECT_EQ(parse_arch(sm90), Arch::sm90) << sm90;
+  EXPECT_EQ(parse_arch("sm_100f"), Arch::sm100);
+  EXPECT_EQ(parse_arch("cpu"), Arch::none);
+  for (const char* junk : {"xyz90abc", "9.0", "sm_1_0_0", "qq90", "SM90", " sm90", "sm90 ", "sm90aa", "sm_", "sm",
+                           "a", "", "95", "sm9"}) {
     EXPECT_EQ(parse_arch(junk), std::nullopt) << junk;
   }
 }
