@@ -2,13 +2,16 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 #include <sstream>
+#include <string_view>
 
 #include "comma_list.hpp"
 #include "core/json_input.hpp"
 #include "helixmla/error.hpp"
 #include "helixmla/validate.hpp"
+#include "integer_flag.hpp"
 #include "problem_flags.hpp"
 
 namespace helixmla::tools {
@@ -16,20 +19,18 @@ namespace helixmla::tools {
 namespace {
 
 constexpr const char* kColumns = "case,heads,q_len,batch,kv_len,page_size,kv_dtype[,note]";
+constexpr std::string_view kByteOrderMark = "\xEF\xBB\xBF";
 
 // Names a cell as "<file> line N <column>" so an error points into the file.
 std::string cell(const std::string& path, std::int64_t line, const char* column) {
   return fmt::format("{} line {} {}", path, line, column);
 }
 
+// Read as the flags read theirs: " 48" and "+1" are not integers.
 std::int32_t parse_int(const std::string& text, const std::string& where, std::int64_t most = kMaxSuiteInteger) {
-  try {
-    std::size_t used = 0;
-    const long value = std::stol(text, &used);
-    if (used == text.size() && value > 0 && value <= most) return static_cast<std::int32_t>(value);
-  } catch (const std::exception&) {
-  }
-  throw InvalidArgument(where, -1, text, fmt::format("expected an integer from 1 to {}", most));
+  const IntegerRead read = read_integer(text, 1, most);
+  if (!read.complaint.empty()) throw InvalidArgument(where, -1, text, read.complaint);
+  return static_cast<std::int32_t>(read.value);
 }
 
 }  // namespace
@@ -44,6 +45,9 @@ std::vector<BenchCase> load_suite(const std::string& path) {
     ++number;
     if (!line.empty() && line.back() == '\r') line.pop_back();  // a file written with CRLF line ends
     if (number == 1) {
+      // Some editors start a UTF-8 file with a byte-order mark: invisible,
+      // so the header behind it is taken for what it looks like.
+      if (line.starts_with(kByteOrderMark)) line.erase(0, kByteOrderMark.size());
       // The header names the columns; a file without one would lose its first case.
       if (split_items(line).front() != "case") {
         throw InvalidArgument(fmt::format("{} line 1", path), -1, line, fmt::format("expected the header {}", kColumns));
@@ -78,11 +82,24 @@ std::vector<BenchCase> load_suite(const std::string& path) {
                                 fmt::format("is shorter than q_len {}: new tokens are part of the KV", c.q_len));
         }
       }
+      if (const std::string complaint = unused_lengths_complaint(lengths.size(), c.batch, "batch");
+          !complaint.empty()) {
+        throw InvalidArgument(cell(path, number, "kv_len"), -1, f[4], complaint);
+      }
     }
     for (std::int32_t i = 0; i < c.batch; ++i) {
       c.kv_len.push_back(lengths.empty()
                              ? 1024 + static_cast<std::int32_t>((static_cast<std::int64_t>(i) * 7919) % 15361)
                              : lengths[static_cast<std::size_t>(i) % lengths.size()]);
+    }
+    if (lengths.empty()) {
+      const std::int32_t shortest = *std::min_element(c.kv_len.begin(), c.kv_len.end());
+      if (shortest < c.q_len) {
+        throw InvalidArgument(cell(path, number, "kv_len"), -1, f[4],
+                              fmt::format("its shortest length, {}, is shorter than q_len {}: new tokens are part "
+                                          "of the KV",
+                                          shortest, c.q_len));
+      }
     }
     c.page_size = parse_int(f[5], cell(path, number, "page_size"));
     const auto dtype = parse_kv_dtype(f[6]);

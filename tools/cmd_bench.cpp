@@ -177,7 +177,7 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str()
       ->check(unreadable_file_complaint);
   add_int_list(*cmd, "--cases", flags->cases, 1, kMaxSuiteInteger, "Only these case ids, e.g. 1,4,8");
-  cmd->add_option("--backend", flags->backend, "Force a backend instead of the selector's choice");
+  cmd->add_option("--backend", flags->backend, "Force a backend instead of the selector's choice")->check(non_empty());
   cmd->add_option("--iterations", flags->iterations, "Timed iterations per case (median reported)")
       ->capture_default_str()->transform(integer_in(1, 100000));
   // Callbacks rather than CLI11's "!" negation, which the help would show as "--no-graphs{false}".
@@ -190,8 +190,8 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--host", flags->host,
                 "Also time the host per call: Runtime::prepare of each case's batch, and enqueue of one more "
                 "layer on a prepared run");
-  cmd->add_option("--json", flags->json_path, "Also write the results as JSON to this file");
-  cmd->add_option("--plot", flags->plot_path, "Also write an SVG bar chart to this file");
+  cmd->add_option("--json", flags->json_path, "Also write the results as JSON to this file")->check(non_empty());
+  cmd->add_option("--plot", flags->plot_path, "Also write an SVG bar chart to this file")->check(non_empty());
   cmd->callback([flags] {
     if (const int code = run_bench(*flags); code != 0) throw CLI::RuntimeError(code);
   });

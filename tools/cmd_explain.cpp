@@ -193,15 +193,20 @@ void add_explain_command(CLI::App& app) {
   cmd->add_option("--profile", flags->profile,
                   "Explain with a profile's described backends (a name such as trtllm, or a .json path) instead "
                   "of the built-in ones; its scope sets the phases explained, and the architecture when it does "
-                  "not cover this machine's");
+                  "not cover this machine's")
+      ->check(non_empty());
   cmd->add_option("--perf-table", flags->perf_table,
                   "Measured performance table (JSON) to choose among capable backends; default "
-                  "$HELIXMLA_PERF_TABLE for built-in backends");
+                  "$HELIXMLA_PERF_TABLE for built-in backends")
+      ->check(non_empty());
   cmd->add_flag("--json", flags->json,
                 "Print JSON: phase, shape, choice, rule, kernel, fails_at_run, error, outside_scope, candidates[] (backend, "
                 "available, capable, reason, kernel, measured_us); the top level is the generation phase and "
                 "\"phases\" lists every phase");
-  cmd->callback([flags] { explain(*flags); });
+  cmd->callback([flags, cmd] {
+    refuse_kv_len_without_generations(*cmd, flags->problem);
+    explain(*flags);
+  });
 }
 
 }  // namespace helixmla::tools

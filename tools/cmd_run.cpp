@@ -105,6 +105,10 @@ class Progress {
 
 int run_single(const RunFlags& flags) {
   const testing::BatchSpec spec = to_batch_spec(flags.problem);
+  // to_batch_spec counted one layer; all of them are built before the run.
+  if (const std::string complaint = host_footprint_complaint(spec, flags.layers); !complaint.empty()) {
+    throw CLI::ValidationError("--layers", complaint);
+  }
   const Progress progress(spec, flags.layers);
   progress.phase(fmt::format("building the batch ({} layer(s), {} KV positions of {} heads)", flags.layers,
                              progress.positions(), spec.heads));
@@ -258,9 +262,7 @@ void add_run_command(CLI::App& app) {
     }
     // A flag that would change nothing is refused rather than dropped: the
     // user asked for something this run would not do.
-    if (flags->problem.batch == 0 && cmd->count("--kv-len") > 0) {
-      throw CLI::ValidationError("--kv-len", "sets the generations' lengths, and --batch 0 has none");
-    }
+    refuse_kv_len_without_generations(*cmd, flags->problem);
     if (!helix) {
       for (const char* name : {"--exchange", "--no-graphs", "--no-baseline"}) {
         if (cmd->count(name) > 0) throw CLI::ValidationError(name, "applies to Helix runs only (--cp > 1 or --devices)");

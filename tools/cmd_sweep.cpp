@@ -23,6 +23,7 @@
 #include "decision_json.hpp"
 #include "helixmla/profile.hpp"
 #include "helixmla/runtime.hpp"
+#include "integer_flag.hpp"
 #include "output_file.hpp"
 #include "sweep_execute.hpp"
 
@@ -118,14 +119,7 @@ void run_sweep(const SweepFlags& flags) {
   }
 
   // The pictures' folder is checked before the sweep, not after minutes of it.
-  {
-    std::error_code error;
-    if (flags.out.empty() || (std::filesystem::exists(flags.out, error) && !std::filesystem::is_directory(flags.out, error))) {
-      throw CLI::ValidationError("--out", fmt::format("'{}' is not a directory", flags.out));
-    }
-    std::filesystem::create_directories(flags.out, error);
-    if (error) throw CLI::ValidationError("--out", fmt::format("cannot create '{}': {}", flags.out, error.message()));
-  }
+  require_writable_directory(flags.out, "--out");
   std::cerr << fmt::format("sweep: {} over {} architecture(s): {}\n", source, space.archs.size(),
                            space_summary(space));
   // A sweep of a second or two needs no progress; a longer one reports every
@@ -212,7 +206,8 @@ void add_sweep_command(CLI::App& app) {
           " unless --list-all); exit 0 when there is none, 1 otherwise, 2 for bad flags.");
   cmd->add_option("--profile", flags->profile,
                   "Sweep a profile's described backends (a name such as trtllm, or a .json path); its scope sets "
-                  "the default architectures and phases");
+                  "the default architectures and phases")
+      ->check(non_empty());
   add_name_list(
       *cmd, "--arch", flags->archs,
       [](const std::string& value) { return parse_arch(value) ? std::string() : "unknown architecture"; },
@@ -221,9 +216,10 @@ void add_sweep_command(CLI::App& app) {
   cmd->add_flag("--json", flags->json, "Print the result as JSON (every unroutable shape included)");
   cmd->add_flag("--list-all", flags->list_all,
                 "List every shape no backend can run, not only the first " + std::to_string(kIssuesListed));
-  cmd->add_flag("--execute", flags->execute,
-                "On this GPU, run one cell of every combination the CUDA backends claim (backend, kernel, page-size "
-                "class, KV dtype, q_len class, phase, Helix) and compare it with the float64 reference");
+  CLI::Option* execute = cmd->add_flag(
+      "--execute", flags->execute,
+      "On this GPU, run one cell of every combination the CUDA backends claim (backend, kernel, page-size class, KV "
+      "dtype, q_len class, phase, Helix) and compare it with the float64 reference");
   cmd->add_option("--max-seconds", flags->max_seconds, "Time budget of --execute: every (backend, kernel, page class, dtypes, q_len class) once first, then "
                   "the Helix and mixed forms; precompiled kernels before JIT-compiled ones in each, which compile on other "
                   "threads meanwhile")
@@ -234,7 +230,8 @@ void add_sweep_command(CLI::App& app) {
         return end != value.c_str() && *end == '\0' && seconds > 0.0 && seconds <= 86400.0
                    ? std::string()
                    : "must be a number of seconds above 0 and at most 86400";
-      });
+      })
+      ->needs(execute);
   cmd->callback([flags] { run_sweep(*flags); });
 }
 

@@ -5,6 +5,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_suite.hpp"
@@ -38,8 +39,10 @@ struct TuneFlags {
   int iterations = 20;
 };
 
-std::vector<BenchCase> tuning_grid(const TuneFlags& flags) {
-  std::vector<BenchCase> grid = load_suite(flags.suite);
+// Calls `visit` with every case of the grid, its per-request kv_len list
+// left empty: a --batches 1048576 case's holds a million lengths.
+template <typename Visit>
+void for_each_grid_case(const TuneFlags& flags, Visit visit) {
   int id = 1000;
   for (int h : flags.heads)
     for (int q : flags.q_lens)
@@ -51,12 +54,40 @@ std::vector<BenchCase> tuning_grid(const TuneFlags& flags) {
             c.heads = h;
             c.q_len = q;
             c.batch = b;
-            c.kv_len.assign(static_cast<std::size_t>(b), flags.kv_len);
             c.page_size = p;
             c.kv_dtype = *parse_kv_dtype(d);
-            grid.push_back(c);
+            visit(std::move(c));
           }
-  return grid;
+}
+
+// Every grid case held to what `run` and a suite line are held to, before
+// the GPU is looked for and without building the cases' lists.
+void check_grid(const TuneFlags& flags) {
+  for (int q : flags.q_lens) {
+    if (q > flags.kv_len) {
+      throw CLI::ValidationError("--q-lens", fmt::format("{} is longer than --kv-len {}: new tokens are part of the KV",
+                                                         q, flags.kv_len));
+    }
+  }
+  for_each_grid_case(flags, [&flags](const BenchCase& c) {
+    testing::BatchSpec spec = batch_spec_of(c, 1);
+    spec.kv_len = {flags.kv_len};  // cycled over the requests
+    if (const std::string complaint = host_footprint_complaint(spec); !complaint.empty()) {
+      throw CLI::ValidationError("--heads/--q-lens/--page-sizes/--batches/--kv-dtypes/--kv-len",
+                                 fmt::format("the grid case of {} heads, q_len {}, page size {}, batch {}, {} KV: {}",
+                                             c.heads, c.q_len, c.page_size, c.batch, to_string(c.kv_dtype),
+                                             complaint));
+    }
+  });
+}
+
+// The suite's cases and then the grid's, with their lists.
+std::vector<BenchCase> tuning_grid(const TuneFlags& flags, std::vector<BenchCase> suite) {
+  for_each_grid_case(flags, [&flags, &suite](BenchCase c) {
+    c.kv_len.assign(static_cast<std::size_t>(c.batch), flags.kv_len);
+    suite.push_back(std::move(c));
+  });
+  return suite;
 }
 
 #if defined(HELIXMLA_WITH_CUDA)
@@ -73,10 +104,12 @@ PhaseShape generation_shape(const BenchCase& c) {
 
 int run_tune(const TuneFlags& flags) {
   // Bad flags are reported as such on any machine, before the GPU is looked for.
-  const std::vector<BenchCase> grid = tuning_grid(flags);
+  check_grid(flags);
+  std::vector<BenchCase> suite = load_suite(flags.suite);
   if (!flags.out.empty()) require_writable_file(flags.out, "--out");
 #if defined(HELIXMLA_WITH_CUDA)
   require_cuda_gpu(Environment::detect(), "tune");
+  const std::vector<BenchCase> grid = tuning_grid(flags, std::move(suite));
   CaseRunner runner;
   const Environment& env = runner.environment();
   const std::string out = flags.out.empty()
@@ -106,7 +139,7 @@ int run_tune(const TuneFlags& flags) {
   std::cout << fmt::format("tune: wrote {} entries to {}\n", table.size(), out);
   return 0;
 #else
-  (void)grid;
+  (void)suite;
   std::cerr << "helixmla tune: this build has no CUDA backends to measure\n";
   return 1;
 #endif
@@ -124,7 +157,8 @@ void add_tune_command(CLI::App& app) {
       ->check(unreadable_file_complaint);
   cmd->add_option("--out", flags->out,
                   "Table to write; default: data/perf/<arch>.json in the source tree, which overwrites the table "
-                  "shipped for this GPU's architecture");
+                  "shipped for this GPU's architecture")
+      ->check(non_empty());
   // The same ranges as `run`'s flags.
   add_int_list(*cmd, "--heads", flags->heads, 1, 128, "Grid: head counts");
   add_int_list(*cmd, "--q-lens", flags->q_lens, 1, 1 << 20, "Grid: q_len values");

@@ -32,4 +32,9 @@ CLI::Validator integer_in(std::int64_t min, std::int64_t max) {
       fmt::format("INT in [{} - {}]", min, max));
 }
 
+CLI::Validator non_empty() {
+  return CLI::Validator([](const std::string& text) { return text.empty() ? "must not be empty" : std::string(); },
+                        "");
+}
+
 }  // namespace helixmla::tools

@@ -23,4 +23,9 @@ IntegerRead read_integer(const std::string& text, std::int64_t min, std::int64_t
 // integer". Leading zeros are decimal ("010" is 10), as in the comma lists.
 CLI::Validator integer_in(std::int64_t min, std::int64_t max);
 
+// A validator for a text option whose empty value means "not given"
+// (--backend, --profile, an output path): `--profile ""` from an unset shell
+// variable would otherwise quietly do what the flag's absence does.
+CLI::Validator non_empty();
+
 }  // namespace helixmla::tools

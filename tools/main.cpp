@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <exception>
 #include <iostream>
 #include <new>
@@ -13,6 +14,17 @@
 
 namespace {
 constexpr const char* kHelpHint = "Run 'helixmla --help' or 'helixmla <command> --help'.\n";
+
+// What a command printed is its result: one lost to a full disk or a closed
+// pipe is a failed command, not a success with nothing to show. C's stdout
+// is flushed too: `trace` prints through it.
+int with_output_written(int code) {
+  std::cout.flush();
+  const bool written = std::cout && std::fflush(stdout) == 0 && !std::ferror(stdout);
+  if (code != 0 || written) return code;
+  std::cerr << "helixmla: the output could not be written to standard output\n";
+  return 1;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -42,11 +54,11 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
+    return with_output_written(app.exit(e));
   } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
+    return with_output_written(app.exit(e));
   } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
+    return with_output_written(app.exit(e));
   } catch (const CLI::RuntimeError& e) {
     return e.get_exit_code();  // a command finished with a verdict it already printed
   } catch (const CLI::ExtrasError& e) {
@@ -75,5 +87,5 @@ int main(int argc, char** argv) {
     std::cerr << "helixmla: " << e.what() << "\n";
     return 1;
   }
-  return 0;
+  return with_output_written(0);
 }

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -23,6 +24,23 @@ void require_writable_file(const std::string& path, const std::string& flag) {
   const bool writable = fs::exists(file, error) ? access(path.c_str(), W_OK) == 0
                                                  : access(directory.c_str(), W_OK | X_OK) == 0;
   if (!writable) throw CLI::ValidationError(flag, fmt::format("'{}' cannot be written", path));
+}
+
+void require_writable_directory(const std::string& path, const std::string& flag) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  if (path.empty() || (fs::exists(path, error) && !fs::is_directory(path, error))) {
+    throw CLI::ValidationError(flag, fmt::format("'{}' is not a directory", path));
+  }
+  fs::create_directories(path, error);
+  if (error) throw CLI::ValidationError(flag, fmt::format("cannot create '{}': {}", path, error.message()));
+  // A file made and removed: access() answers yes for root in folders such
+  // as /proc, where no file can be made.
+  std::string probe = (fs::path(path) / ".helixmla-write-check-XXXXXX").string();
+  const int descriptor = mkstemp(probe.data());
+  if (descriptor < 0) throw CLI::ValidationError(flag, fmt::format("'{}': no file can be created in it", path));
+  close(descriptor);
+  fs::remove(probe, error);
 }
 
 void write_text_file(const std::string& path, const std::string& text, const std::string& what) {

@@ -11,6 +11,11 @@ namespace helixmla::tools {
 // directory does not exist, or either cannot be written.
 void require_writable_file(const std::string& path, const std::string& flag);
 
+// Creates the directory `path` where it does not exist; throws
+// CLI::ValidationError naming `flag` when it is not a directory or a file
+// cannot be created in it.
+void require_writable_directory(const std::string& path, const std::string& flag);
+
 // Writes `text` to `path`; throws RuntimeFailure naming `what` when any of it
 // could not be written.
 void write_text_file(const std::string& path, const std::string& text, const std::string& what);

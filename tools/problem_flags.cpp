@@ -10,6 +10,7 @@
 
 #include "comma_list.hpp"
 #include "helixmla/planner.hpp"
+#include "helixmla/validate.hpp"
 #include "integer_flag.hpp"
 #include "parallel_naive_attention.hpp"
 
@@ -65,7 +66,8 @@ void add_problem_flags(CLI::App& app, ProblemFlags& flags) {
          "Random seed for the synthetic batch")
       ->type_name("UINT64")->default_str("1");
   app.add_option("--backend", flags.backend,
-                 "Force a backend (cpu, cuda_generic, cuda_tensorcore); an error if it cannot run the batch");
+                 "Force a backend (cpu, cuda_generic, cuda_tensorcore); an error if it cannot run the batch")
+      ->check(non_empty());
   app.add_flag("--stats", flags.stats,
                "Also produce softmax statistics (m, l); not with Helix (--cp, --devices), whose ranks' "
                "statistics are combined into the output");
@@ -86,7 +88,7 @@ void require_known_backend(const std::string& name, const std::vector<BackendPtr
 // its tensors and the float64 reference output too): refuse, naming the
 // flags and sizes, what would exhaust it instead of dying of bad_alloc or
 // the OOM killer minutes later.
-std::string host_footprint_complaint(const testing::BatchSpec& spec) {
+std::string host_footprint_complaint(const testing::BatchSpec& spec, int layers) {
   const testing::HostFootprint footprint = testing::host_footprint(spec);
   // The float64 check's output, and the KV it decodes for each request one
   // of its threads is working on.
@@ -97,14 +99,28 @@ std::string host_footprint_complaint(const testing::BatchSpec& spec) {
           ? static_cast<double>(footprint.tokens) * spec.heads * spec.dims.kv_lora_rank * 8.0 +
                 checking_requests * static_cast<double>(footprint.longest_kv) * spec.dims.head_dim() * 8.0
           : 0.0;
-  const double total = footprint.page_table_bytes + footprint.tensor_bytes + reference_bytes;
+  // The layers are checked one after another, so one check's memory serves them all.
+  const double total = layers * (footprint.page_table_bytes + footprint.tensor_bytes) + reference_bytes;
   constexpr double kGiB = 1ull << 30;
   constexpr double kTableLimit = 1.0 * kGiB;   // 2^28 page-table entries
   constexpr double kTotalLimit = 16.0 * kGiB;  // the 2 x 1M-token Helix batch needs ~12 (9 of it its check)
   if (footprint.page_table_bytes <= kTableLimit && total <= kTotalLimit) return {};
-  return fmt::format("this batch needs {:.1f} GiB of host memory ({:.1f} GiB of page table); the limits are "
-                     "16 GiB in all and 1 GiB of page table",
-                     total / kGiB, footprint.page_table_bytes / kGiB);
+  return fmt::format("{} {:.1f} GiB of host memory ({:.1f} GiB of page table{}); the limits are 16 GiB in all "
+                     "and 1 GiB of page table",
+                     layers > 1 ? fmt::format("{} layers of this batch need", layers) : "this batch needs",
+                     total / kGiB, footprint.page_table_bytes / kGiB, layers > 1 ? " each" : "");
+}
+
+std::string unused_lengths_complaint(std::size_t lengths, std::int32_t batch, const std::string& batch_name) {
+  if (lengths <= static_cast<std::size_t>(batch)) return {};
+  return fmt::format("{} lengths for {} {}: the lengths past the batch's requests would go unused", lengths,
+                     batch_name, batch);
+}
+
+void refuse_kv_len_without_generations(const CLI::App& command, const ProblemFlags& flags) {
+  if (flags.batch == 0 && command.count("--kv-len") > 0) {
+    throw CLI::ValidationError("--kv-len", "sets the generations' lengths, and --batch 0 has none");
+  }
 }
 
 namespace {
@@ -126,10 +142,11 @@ testing::BatchSpec to_batch_spec(const ProblemFlags& flags, bool allocate_tensor
   spec.generations = flags.batch;
   spec.q_len = flags.q_len;
   spec.kv_len = flags.kv_len;
-  if (flags.batch > 0 && flags.kv_len.size() > static_cast<std::size_t>(flags.batch)) {
-    throw CLI::ValidationError("--kv-len", fmt::format("{} lengths for --batch {}: the lengths past the batch's "
-                                                       "requests would go unused",
-                                                       flags.kv_len.size(), flags.batch));
+  if (flags.batch > 0) {
+    if (const std::string complaint = unused_lengths_complaint(flags.kv_len.size(), flags.batch, "--batch");
+        !complaint.empty()) {
+      throw CLI::ValidationError("--kv-len", complaint);
+    }
   }
   for (std::size_t i = 0; i < flags.kv_len.size() && flags.batch > 0; ++i) {
     if (flags.kv_len[i] < flags.q_len) {
@@ -152,6 +169,16 @@ testing::BatchSpec to_batch_spec(const ProblemFlags& flags, bool allocate_tensor
 std::vector<PhaseShape> phase_shapes(const ProblemFlags& flags, const Environment& env, int cp) {
   testing::SyntheticBatch batch(to_batch_spec(flags, false));
   const Problem whole = batch.problem();
+  // What a run of this batch would be refused for, it is refused for here.
+  // The batch holds no tensors, and validate() reads none: any address
+  // stands in for them.
+  Problem checked = whole;
+  float placeholder = 0.0f;
+  checked.q = &placeholder;
+  checked.out = &placeholder;
+  checked.kv.pool = &placeholder;
+  if (flags.stats) checked.stats.data = &placeholder;
+  validate(checked);
   // `run --backend cpu` keeps the batch in host memory even on a GPU machine.
   const bool on_device = flags.backend != "cpu" && env.has_gpu() &&
                          (env.built("cuda_generic") || env.built("cuda_tensorcore"));

@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -38,15 +39,23 @@ std::string kv_dtype_complaint(const std::string& name);
 // `owner` names where the backends come from ("this build", "profile trtllm").
 void require_known_backend(const std::string& name, const std::vector<BackendPtr>& backends,
                            const std::string& owner);
-// Empty when the synthetic batch `spec` fits the host memory helixmla allows
-// it (16 GiB in all, 1 GiB of page table), else what it would need.
-std::string host_footprint_complaint(const testing::BatchSpec& spec);
+// Empty when the synthetic batch `spec`, `layers` times over (`run --layers`:
+// every layer its own tensors and page table), fits the host memory helixmla
+// allows it (16 GiB in all, 1 GiB of page table), else what it would need.
+std::string host_footprint_complaint(const testing::BatchSpec& spec, int layers = 1);
+// Empty when every one of `lengths` KV lengths, cycled over `batch` requests,
+// is some request's; else why not, naming the batch as `batch_name` does.
+std::string unused_lengths_complaint(std::size_t lengths, std::int32_t batch, const std::string& batch_name);
+// Throws CLI::ValidationError when `command` was given --kv-len for a batch
+// with no generation to take it.
+void refuse_kv_len_without_generations(const CLI::App& command, const ProblemFlags& flags);
 // Throws CLI::ValidationError naming the flag when a value is out of range.
 testing::BatchSpec to_batch_spec(const ProblemFlags& flags, bool allocate_tensors = true);
 // The phase shapes of the batch the flags describe, as the selector would see
 // them on `env` (tensors on the device when env has a GPU and a CUDA backend
 // and the backend is not forced to "cpu"),
-// with Helix on when cp > 1 (which implies a float32 stats buffer).
+// with Helix on when cp > 1 (which implies a float32 stats buffer). Throws
+// InvalidArgument for a batch the library's validate() refuses.
 std::vector<PhaseShape> phase_shapes(const ProblemFlags& flags, const Environment& env, int cp);
 
 }  // namespace helixmla::tools

@@ -121,9 +121,17 @@ TEST_F(Cli, SweepAndTuneCheckTheirFlagsBeforeWorking) {
   EXPECT_TRUE(has(o.both(), "--out")) << o.both();
   EXPECT_FALSE(has(o.both(), "sweep:")) << "rejected before sweeping: " << o.both();
 
+  // A folder that exists but takes no file (root may write anywhere access() asks about).
+  o = helixmla("sweep --arch sm90 --out /proc");
+  EXPECT_EQ(o.code, 2) << o.both();
+  EXPECT_TRUE(has(o.both(), "--out: '/proc': no file can be created in it")) << o.both();
+  EXPECT_FALSE(has(o.both(), "sweep:")) << "rejected before sweeping: " << o.both();
+
   for (const char* bad : {"--max-seconds 0", "--max-seconds nan", "--max-seconds -3"}) {
     expect_refused(std::string("sweep --execute ") + bad, "--max-seconds");
   }
+  // A budget without --execute would change nothing.
+  expect_refused("sweep --arch none --max-seconds 5", "--max-seconds requires --execute");
   for (const char* bad : {"--heads 0,1000", "--batches -1", "--page-sizes 0", "--q-lens 0"}) {
     expect_refused(std::string("tune ") + bad, std::string(bad).substr(0, std::string(bad).find(' ')));
   }
@@ -140,6 +148,44 @@ TEST_F(Cli, BatchesBeyondHostMemoryAreBadFlagValues) {
   expect_refused("run --heads 1 --batch 1 --kv-len 3500000", "GiB of host memory");
   expect_refused("run --heads 128 --batch 16 --q-len 16 --kv-len 16 --contexts 4 --context-len 1048576",
                  "host memory");
+}
+
+// Every layer of `run --layers` holds tensors and a page table of its own,
+// so the limit counts them all, before any is built. One layer of this
+// batch (~9.7 GiB) is accepted; it is not run here, as it would be allocated.
+TEST_F(Cli, RunCountsEveryLayerAgainstHostMemory) {
+  const std::string batch = "run --backend cpu --heads 1 --batch 1024 --kv-len 8192 --repeat 1";
+  expect_refused(batch + " --layers 2", "--layers: 2 layers of this batch need");
+  expect_refused(batch + " --layers 64", "GiB of page table each); the limits are 16 GiB in all");
+}
+
+// `explain` refuses what the library would refuse a run of the same batch,
+// though it builds no tensors: here 2^31 query tokens, past int32.
+TEST_F(Cli, ExplainRefusesWhatTheLibraryRefuses) {
+  expect_refused("explain --heads 128 --batch 2048 --q-len 1048576 --kv-len 1048576 --page-size 1048576",
+                 "invalid q_len = 2147483648: total tokens (sum of q_len) must fit int32");
+  expect_refused("explain --heads 4 --batch 0 --contexts 1 --kv-len 5,5,5", "--kv-len: sets the generations");
+}
+
+// An empty value would act as the flag not given (the selector's choice,
+// the built-in backends, the shipped table), not as what was typed.
+TEST_F(Cli, EmptyValuesAreRefused) {
+  for (const char* args : {"explain --profile ''", "explain --perf-table ''", "run --backend ''",
+                           "explain --backend ''", "sweep --profile ''", "bench --backend ''", "bench --json ''",
+                           "tune --out ''"}) {
+    expect_refused(args, "must not be empty");
+  }
+}
+
+// The printed result is what a command is for: output that could not be
+// written fails the command.
+TEST_F(Cli, UnwrittenOutputFailsTheCommand) {
+  for (const char* args : {"explain --heads 16 --batch 2 --json", "run --backend cpu --heads 4 --batch 1 --kv-len 64 "
+                                                                   "--repeat 1"}) {
+    const CliOutcome o = helixmla(std::string(args) + " > /dev/full");
+    EXPECT_EQ(o.code, 1) << args << ": " << o.both();
+    EXPECT_TRUE(has(o.err, "could not be written to standard output")) << args << ": " << o.both();
+  }
 }
 
 // Values a CLI parser would quietly change (a wrapped or saturated seed, a
@@ -300,13 +346,38 @@ TEST_F(Cli, BenchRejectsCasesTheSuiteLacksAndRepeatedIds) {
                        << "3,16,1,2,256,64,bf16\r\n"
                        << "4,16,1,2000000,256,64,bf16\r\n";
   expect_refused("bench --suite " + suite.string(),
-                 suite.string() + " line 3 batch = 2000000: expected an integer from 1 to 1048576");
+                 suite.string() + " line 3 batch = 2000000: is outside [1, 1048576]");
 
   // A mixed batch's lengths are ';'-separated; each one is checked.
   std::ofstream(suite) << "case,heads,q_len,batch,kv_len,page_size,kv_dtype,note\n"
                        << "5,16,1,4,131072;2048;x,64,bf16\n";
+  expect_refused("bench --suite " + suite.string(), suite.string() + " line 2 kv_len = x: is not an integer");
+
+  // Cells read as the flags read: no sign, no space.
+  std::ofstream(suite) << "case,heads,q_len,batch,kv_len,page_size,kv_dtype,note\n"
+                       << "5, 48,1,4,2048,64,bf16\n";
+  expect_refused("bench --suite " + suite.string(), "line 2 heads =  48: is not an integer");
+  std::ofstream(suite) << "case,heads,q_len,batch,kv_len,page_size,kv_dtype,note\n"
+                       << "5,48,1,+1,2048,64,bf16\n";
+  expect_refused("bench --suite " + suite.string(), "line 2 batch = +1: is not an integer");
+
+  // Lengths past the batch's requests are refused, as `run --kv-len` refuses them.
+  std::ofstream(suite) << "case,heads,q_len,batch,kv_len,page_size,kv_dtype,note\n"
+                       << "5,16,1,1,64;128;256,64,bf16\n";
   expect_refused("bench --suite " + suite.string(),
-                 suite.string() + " line 2 kv_len = x: expected an integer from 1 to 1073741824");
+                 "line 2 kv_len = 64;128;256: 3 lengths for batch 1: the lengths past the batch's requests would "
+                 "go unused");
+
+  // The spread of "var" starts at 1024 tokens.
+  std::ofstream(suite) << "case,heads,q_len,batch,kv_len,page_size,kv_dtype,note\n"
+                       << "1,48,2000,1,var,64,bf16,x\n";
+  expect_refused("bench --suite " + suite.string(),
+                 "line 2 kv_len = var: its shortest length, 1024, is shorter than q_len 2000");
+
+  // A byte-order mark before the header is skipped: the first error is on line 2.
+  std::ofstream(suite) << "\xEF\xBB\xBF" << "case,heads,q_len,batch,kv_len,page_size,kv_dtype,note\n"
+                       << "1,129,1,2,256,64,bf16\n";
+  expect_refused("bench --suite " + suite.string(), "line 2 heads = 129");
 
   // Without its header a suite would lose its first case; with no case it
   // would measure nothing and pass.
@@ -319,7 +390,7 @@ TEST_F(Cli, BenchRejectsCasesTheSuiteLacksAndRepeatedIds) {
   // Shapes outside what `run` accepts are refused where they are written.
   std::ofstream(suite) << "case,heads,q_len,batch,kv_len,page_size,kv_dtype,note\n"
                        << "1,129,1,2,256,64,bf16\n";
-  expect_refused("bench --suite " + suite.string(), "line 2 heads = 129: expected an integer from 1 to 128");
+  expect_refused("bench --suite " + suite.string(), "line 2 heads = 129: is outside [1, 128]");
   std::ofstream(suite) << "case,heads,q_len,batch,kv_len,page_size,kv_dtype,note\n"
                        << "1,16,4,2,256;3,64,bf16\n";
   expect_refused("bench --suite " + suite.string(), "line 2 kv_len = 3: is shorter than q_len 4");

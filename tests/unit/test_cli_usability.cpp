@@ -183,6 +183,10 @@ TEST_F(CliUsability, TuneChecksItsFlagsBeforeLookingForAGpu) {
   const std::string missing = (out_ / "no-such-suite.csv").string();
   expect_refused("tune --suite " + missing, "--suite: '" + missing + "' cannot be opened for reading");
   expect_refused("tune --out /nonexistent-helixmla-dir/x.json", "--out: '/nonexistent-helixmla-dir/x.json'");
+  // Every grid case is held to what `run` holds a batch to.
+  expect_refused("tune --q-lens 8192 --kv-len 16", "--q-lens: 8192 is longer than --kv-len 16");
+  expect_refused("tune --heads 128 --batches 1048576 --kv-len 1000000",
+                 "the grid case of 128 heads, q_len 1, page size 16, batch 1048576, bf16 KV: this batch needs");
 
   const std::string grid = " --heads 16 --q-lens 1 --page-sizes 64 --batches 1 --kv-dtypes bf16 --iterations 1";
   const CliOutcome o =
