@@ -211,6 +211,7 @@ void add_sweep_command(CLI::App& app) {
   add_name_list(
       *cmd, "--arch", flags->archs,
       [](const std::string& value) { return parse_arch(value) ? std::string() : "unknown architecture"; },
+      [](const std::string& value) { return std::string(to_string(*parse_arch(value))); },
       "Architectures to sweep, comma-separated; default: all (or the profile's)");
   cmd->add_option("--out", flags->out, "Directory for one SVG per architecture")->capture_default_str();
   cmd->add_flag("--json", flags->json, "Print the result as JSON (every unroutable shape included)");

@@ -164,7 +164,9 @@ void add_tune_command(CLI::App& app) {
   add_int_list(*cmd, "--q-lens", flags->q_lens, 1, 1 << 20, "Grid: q_len values");
   add_int_list(*cmd, "--page-sizes", flags->page_sizes, 1, 1 << 20, "Grid: page sizes");
   add_int_list(*cmd, "--batches", flags->batches, 1, 1 << 20, "Grid: batch sizes");
-  add_name_list(*cmd, "--kv-dtypes", flags->kv_dtypes, kv_dtype_complaint, "Grid: KV dtypes");
+  add_name_list(
+      *cmd, "--kv-dtypes", flags->kv_dtypes, kv_dtype_complaint,
+      [](const std::string& value) { return std::string(to_string(*parse_kv_dtype(value))); }, "Grid: KV dtypes");
   cmd->add_option("--kv-len", flags->kv_len, "Grid: cached tokens per request")->capture_default_str()
       ->transform(integer_in(1, 1 << 24));
   cmd->add_option("--iterations", flags->iterations, "Timed iterations per measurement")->capture_default_str()

@@ -69,12 +69,13 @@ CLI::Option* add_int_list(CLI::App& app, const std::string& name, std::vector<in
 }
 
 CLI::Option* add_name_list(CLI::App& app, const std::string& name, std::vector<std::string>& values,
-                           std::function<std::string(const std::string&)> check, const std::string& description) {
-  auto read = [name, check](const std::string& text, std::size_t index, const std::string& item) {
+                           std::function<std::string(const std::string&)> check,
+                           std::function<std::string(const std::string&)> canonical, const std::string& description) {
+  auto read = [name, check, canonical](const std::string& text, std::size_t index, const std::string& item) {
     if (const std::string why = check(item); !why.empty()) {
       throw CLI::ValidationError(name, item_at(text, index, item) + ": " + why);
     }
-    return item;
+    return canonical(item);
   };
   return add_list(app, name, values, description, Repeats::refused, read)->type_name("TEXT[,TEXT...]");
 }

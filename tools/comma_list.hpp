@@ -26,8 +26,10 @@ CLI::Option* add_int_list(CLI::App& app, const std::string& name, std::vector<in
                           std::int64_t max, const std::string& description, Repeats repeats = Repeats::refused);
 
 // Names accepted by `check`, which returns an empty string or the reason an
-// item is refused; none twice.
+// item is refused, kept as `canonical` spells them; none twice in any
+// spelling ("sm90,90" names one architecture twice).
 CLI::Option* add_name_list(CLI::App& app, const std::string& name, std::vector<std::string>& values,
-                           std::function<std::string(const std::string&)> check, const std::string& description);
+                           std::function<std::string(const std::string&)> check,
+                           std::function<std::string(const std::string&)> canonical, const std::string& description);
 
 }  // namespace helixmla::tools

@@ -72,6 +72,8 @@ TEST_F(Cli, PeerExchangeWithoutDevicesIsABadFlagValue) {
 // (cycled over the requests) may repeat.
 TEST_F(Cli, ListsRefuseRepeatedItems) {
   expect_refused("sweep --arch sm90,sm90", "--arch: entry 1 ('sm90') of 'sm90,sm90' repeats an earlier entry");
+  expect_refused("sweep --arch sm90,sm_90a", "--arch: entry 1 ('sm_90a') of 'sm90,sm_90a' repeats an earlier entry");
+  expect_refused("tune --kv-dtypes fp8,e4m3", "--kv-dtypes: entry 1 ('e4m3') of 'fp8,e4m3' repeats an earlier entry");
   expect_refused("bench --cases 1,1", "--cases: entry 1 ('1') of '1,1' repeats an earlier entry");
   expect_refused("run --cp 2 --devices 0,0 --heads 16 --kv-len 64 --batch 1", "--devices");
   expect_refused("tune --heads 16 --heads 16", "--heads");
