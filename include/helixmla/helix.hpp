@@ -109,7 +109,8 @@ struct KvAppendArgs {
 
 // Checks the arguments (not the destination values); throws InvalidArgument.
 void check_kv_append_args(const KvAppendArgs& args);
-// Host pool, host rows, host destinations (each checked against the pool).
+// Host pool, host rows, host destinations (each checked against the pool:
+// -1 or a pool row; anything else throws).
 void kv_append_host(const KvAppendArgs& args);
 
 // ---- Combine ---------------------------------------------------------------
@@ -140,7 +141,9 @@ void helix_combine_host(const HelixCombineArgs& args);
 #if defined(HELIXMLA_WITH_CUDA)
 // Device twins: same semantics, every pointer in device memory of the
 // current device; they only enqueue work on `stream` (a cudaStream_t), with
-// no host synchronisation, and can be captured into a CUDA graph.
+// no host synchronisation, and can be captured into a CUDA graph. The
+// device destinations are not read on the host: one outside the pool is
+// skipped (nothing written), where kv_append_host would throw.
 void kv_append_device(const KvAppendArgs& args, void* stream);
 void helix_combine_device(const HelixCombineArgs& args, void* stream);
 #endif

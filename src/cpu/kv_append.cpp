@@ -13,8 +13,8 @@ void kv_append_host(const KvAppendArgs& args) {
   const std::int64_t width = args.row_width;
   for (std::int64_t t = 0; t < args.tokens; ++t) {
     const std::int64_t row = args.destinations[t];
-    if (row < 0) continue;
-    if (row >= pool_rows) {
+    if (row == -1) continue;
+    if (row < 0 || row >= pool_rows) {
       throw InvalidArgument("destinations", t, std::to_string(row),
                             "must be -1 or a pool row below " + std::to_string(pool_rows));
     }

@@ -1,5 +1,7 @@
 // Device Helix KV append: one block per new token; tokens whose page another
-// rank owns (destination -1) return at once.
+// rank owns (destination -1) return at once. The destinations are in device
+// memory, where the host cannot check them without a synchronisation: a row
+// outside the pool is skipped, never written past it.
 #include <string>
 
 #include "cuda/cuda_check.hpp"
@@ -14,10 +16,10 @@ namespace {
 template <DType In, DType Cache>
 __global__ void kv_append_kernel(const typename cuda::DeviceElement<In>::Storage* rows,
                                  typename cuda::DeviceElement<Cache>::Storage* pool,
-                                 const std::int64_t* destinations, int width, float scale) {
+                                 const std::int64_t* destinations, long long pool_rows, int width, float scale) {
   const long long token = blockIdx.x;
   const long long row = destinations[token];
-  if (row < 0) return;
+  if (row < 0 || row >= pool_rows) return;
   for (int k = threadIdx.x; k < width; k += blockDim.x) {
     const float value = cuda::DeviceElement<In>::load(rows, token * width + k);
     cuda::DeviceElement<Cache>::store(pool, row * width + k, value / scale);
@@ -31,7 +33,7 @@ void launch(const KvAppendArgs& a, cudaStream_t stream) {
   constexpr int kThreads = 128;
   kv_append_kernel<In, Cache><<<static_cast<unsigned>(a.tokens), kThreads, 0, stream>>>(
       static_cast<const InStorage*>(a.new_rows), static_cast<CacheStorage*>(a.pool),
-      a.destinations, a.row_width, a.kv_scale);
+      a.destinations, static_cast<long long>(a.num_pages) * a.page_size, a.row_width, a.kv_scale);
   HELIXMLA_CUDA_CHECK_LAUNCH();
 }
 

@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -100,6 +101,44 @@ TEST(HelixGpu, KvAppendMatchesTheHostTwinBitForBit) {
       }
     }
   }
+}
+
+// Device destinations cannot be checked on the host without a
+// synchronisation; the kernel skips those outside the pool instead of
+// writing past it (memcheck would see such a write).
+TEST(HelixGpu, KvAppendSkipsDestinationsOutsideThePool) {
+  HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(1);
+  const std::int32_t page = 4, num_pages = 3, width = 576;
+  const std::int64_t pool_rows = std::int64_t{page} * num_pages;
+  const std::vector<std::int64_t> dest = {5, pool_rows, -7, pool_rows + 1000, -1, 0};
+  const auto tokens = static_cast<std::int64_t>(dest.size());
+  std::vector<std::uint8_t> rows = random_bytes(static_cast<std::size_t>(tokens * width) * 2, 21);
+  for (std::size_t i = 1; i < rows.size(); i += 2) rows[i] = 0x3f;  // bf16 in [0.5, 2): normal, exact through float
+  // The pool sits inside a larger buffer whose guard rows must stay as they were.
+  const std::size_t row_bytes = static_cast<std::size_t>(width) * 2;
+  const auto before = random_bytes(static_cast<std::size_t>(pool_rows + 2) * row_bytes, 22);
+  auto d_buffer = to_device(before);
+  auto d_rows = to_device(rows);
+  auto d_dest = to_device(dest);
+  KvAppendArgs args;
+  args.num_pages = num_pages;
+  args.page_size = page;
+  args.row_width = width;
+  args.kv_dtype = DType::bf16;
+  args.new_dtype = DType::bf16;
+  args.tokens = tokens;
+  args.pool = static_cast<std::uint8_t*>(d_buffer.data()) + row_bytes;
+  args.new_rows = d_rows.data();
+  args.destinations = static_cast<const std::int64_t*>(d_dest.data());
+  kv_append_device(args, nullptr);
+  sync();
+  const auto after = to_host<std::uint8_t>(d_buffer);
+  auto expected = before;
+  for (std::int64_t t : {std::int64_t{0}, std::int64_t{5}}) {  // tokens whose rows 5 and 0 are in the pool
+    std::copy_n(rows.begin() + static_cast<std::ptrdiff_t>(t * row_bytes), row_bytes,
+                expected.begin() + static_cast<std::ptrdiff_t>((dest[t] + 1) * row_bytes));
+  }
+  EXPECT_EQ(after, expected);
 }
 
 TEST(HelixGpu, CombineMatchesTheHostTwin) {

@@ -158,6 +158,18 @@ TEST(KvAppend, RejectsDestinationsOutsideThePool) {
     EXPECT_EQ(e.field(), "destinations");
     EXPECT_EQ(e.index(), 0);
   }
+  // -1 alone means "another rank's token"; any other negative is an error,
+  // not a token left unwritten.
+  const std::vector<std::int64_t> negative = {-2};
+  args.destinations = negative.data();
+  try {
+    kv_append_host(args);
+    FAIL() << "destination -2 accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(e.field(), "destinations");
+    EXPECT_EQ(e.value(), "-2");
+  }
+  args.destinations = dest.data();
   args.kv_scale = 0.0f;
   EXPECT_THROW(kv_append_host(args), InvalidArgument);
 }
