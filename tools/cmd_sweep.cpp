@@ -213,7 +213,9 @@ void add_sweep_command(CLI::App& app) {
       [](const std::string& value) { return parse_arch(value) ? std::string() : "unknown architecture"; },
       [](const std::string& value) { return std::string(to_string(*parse_arch(value))); },
       "Architectures to sweep, comma-separated; default: all (or the profile's)");
-  cmd->add_option("--out", flags->out, "Directory for one SVG per architecture")->capture_default_str();
+  CLI::Option* out =
+      cmd->add_option("--out", flags->out, "Directory for one SVG per architecture (not with --execute, which draws none)")
+          ->capture_default_str();
   cmd->add_flag("--json", flags->json, "Print the result as JSON (every unroutable shape included)");
   cmd->add_flag("--list-all", flags->list_all,
                 "List every shape no backend can run, not only the first " + std::to_string(kIssuesListed));
@@ -221,6 +223,7 @@ void add_sweep_command(CLI::App& app) {
       "--execute", flags->execute,
       "On this GPU, run one cell of every combination the CUDA backends claim (backend, kernel, page-size class, KV "
       "dtype, q_len class, phase, Helix) and compare it with the float64 reference");
+  execute->excludes(out);
   cmd->add_option("--max-seconds", flags->max_seconds, "Time budget of --execute: every (backend, kernel, page class, dtypes, q_len class) once first, then "
                   "the Helix and mixed forms; precompiled kernels before JIT-compiled ones in each, which compile on other "
                   "threads meanwhile")

@@ -134,6 +134,7 @@ TEST_F(Cli, SweepAndTuneCheckTheirFlagsBeforeWorking) {
   }
   // A budget without --execute would change nothing.
   expect_refused("sweep --arch none --max-seconds 5", "--max-seconds requires --execute");
+  expect_refused("sweep --execute --out /tmp/pictures", "--out excludes --execute");
   for (const char* bad : {"--heads 0,1000", "--batches -1", "--page-sizes 0", "--q-lens 0"}) {
     expect_refused(std::string("tune ") + bad, std::string(bad).substr(0, std::string(bad).find(' ')));
   }
