@@ -30,6 +30,9 @@ struct HelixCase {
   DType kv_dtype = DType::bf16;
   MlaDims dims{64, 16};
   std::int32_t heads = 4;
+  // Added to every score (approximately) so that m runs far from 0, where
+  // float32 stats keep few of its fraction bits.
+  double score_offset = 0.0;
 };
 
 void PrintTo(const HelixCase& c, std::ostream* os) { *os << c.name; }
@@ -111,6 +114,22 @@ testing::BatchSpec spec_of(const HelixCase& c) {
   return spec;
 }
 
+// Raises every score of `batch`'s one request by about `offset`: the first
+// value of each Q row becomes a power of two and each KV row's first value
+// 1, leaving the scores' random spread on top of the offset.
+void shift_scores(testing::SyntheticBatch& batch, double offset) {
+  Problem p = batch.problem();
+  const std::int64_t head_dim = p.dims.head_dim();
+  const double k0 = p.kv.scale;
+  const float q0 = std::exp2(std::round(std::log2(offset / (p.softmax_scale * k0))));
+  for (std::int64_t row = 0; row < p.num_tokens() * p.num_heads; ++row) {
+    store_from_float(batch.q_.data(), p.q_dtype, row * head_dim, q0);
+  }
+  for (std::int32_t position = 0; position < p.kv_len[0]; ++position) {
+    store_from_float(batch.pool_.data(), p.kv.dtype, batch.pool_row(0, position), 1.0f);
+  }
+}
+
 class HelixIdentity : public ::testing::TestWithParam<HelixCase> {};
 
 TEST_P(HelixIdentity, CombinedPartsMatchTheWholeSequence) {
@@ -119,6 +138,7 @@ TEST_P(HelixIdentity, CombinedPartsMatchTheWholeSequence) {
   spec.kv_scale = 0.05f;
   spec.seed = 0x5eed + c.kv_len;
   testing::SyntheticBatch batch(spec);
+  if (c.score_offset != 0.0) shift_scores(batch, c.score_offset);
   const Problem whole = batch.problem();
   ASSERT_NO_THROW(validate(whole));
   reference_attention(whole, 2);
@@ -214,6 +234,10 @@ std::vector<HelixCase> cases() {
        .kv_dtype = DType::fp8_e4m3});
   add({.name = "cp2_real_dims_fp16", .parts = 2, .kv_len = 300, .q_len = 2, .page_size = 64,
        .kv_dtype = DType::fp16, .dims = {512, 64}, .heads = 8});
+  // m near 2^22, whose float32 ulp is 0.5: the parts' l must be taken against
+  // m as stored, or each weight l e^m is off by up to e^0.25.
+  add({.name = "cp3_scores_near_4e6", .parts = 3, .kv_len = 90, .q_len = 2, .page_size = 8,
+       .score_offset = 4e6});
   return all;
 }
 
