@@ -116,17 +116,10 @@ class ReferenceRun {
       s.logits[j] = dot * logit_scale;
       max_logit = std::max(max_logit, s.logits[j]);
     }
-    // The stats are float32, and the combine weighs a rank by l e^m, so l is
-    // summed against m as stored: against the float64 maximum, m's rounding
-    // (half an ulp: 0.03 at |m| = 1e6) would go into every weight unseen.
-    // A maximum past float32's range has no float32 m; it stays in float64
-    // (the stats then hold an infinite m: unrepresentable, not hidden).
-    const bool m_fits = std::fabs(max_logit) <= std::numeric_limits<float>::max();
-    const double m = m_fits ? static_cast<double>(static_cast<float>(max_logit)) : max_logit;
     std::fill(s.acc.begin(), s.acc.end(), 0.0);
     double sum = 0.0;
     for (std::int64_t j = 0; j < visible; ++j) {
-      const double weight = std::exp(s.logits[j] - m);
+      const double weight = std::exp(s.logits[j] - max_logit);
       sum += weight;
       const float* v = rows.data() + j * head_dim_;
       for (std::int64_t c = 0; c < rank_; ++c) s.acc[c] += weight * static_cast<double>(v[c]);
@@ -136,8 +129,17 @@ class ReferenceRun {
       store_from_float(p_.out, p_.out_dtype, out_base + c, static_cast<float>(s.acc[c] * normaliser));
     }
     if (stats) {
-      stats[0] = m_fits ? static_cast<float>(m) : std::copysign(std::numeric_limits<float>::infinity(), m);
-      stats[1] = static_cast<float>(sum);
+      // The stats are float32, and the combine weighs a rank by l e^m, so l
+      // is taken against m as stored: against the float64 maximum, m's
+      // rounding (half an ulp: 0.03 at |m| = 1e6) would go into every weight
+      // unseen. The output keeps the float64 maximum, where no rounding of m
+      // can overflow a weight. A maximum past float32's range has no float32
+      // m: the stats hold an infinite m (unrepresentable, not hidden).
+      const bool m_fits = std::fabs(max_logit) <= std::numeric_limits<float>::max();
+      const float m = m_fits ? static_cast<float>(max_logit) : std::copysign(std::numeric_limits<float>::infinity(), max_logit);
+      const double l = m_fits ? sum * std::exp(max_logit - static_cast<double>(m)) : sum;
+      stats[0] = m;
+      stats[1] = static_cast<float>(l);
     }
   }
 

@@ -164,6 +164,21 @@ TEST(Reference, LargeScoresKeepTheStatsConsistent) {
   expect_matches_naive(p, "softmax_scale 3e4");
 }
 
+// Scores near 1e13, where float32's half ulp (~5e5) would overflow every
+// weight taken against a rounded m: the output keeps the float64 maximum.
+TEST(Reference, HugeScoresKeepTheOutputFinite) {
+  testing::BatchSpec spec;
+  spec.dims = {64, 16};
+  spec.heads = 2;
+  spec.generations = 2;
+  spec.kv_len = {23, 6};
+  spec.page_size = 4;
+  testing::SyntheticBatch batch(spec);
+  Problem p = batch.problem();
+  p.softmax_scale = 2e12f;
+  expect_matches_naive(p, "softmax_scale 2e12");
+}
+
 TEST(Reference, WithoutStatsWritesOutputsOnly) {
   testing::BatchSpec spec;
   spec.dims = {64, 16};
