@@ -118,7 +118,11 @@ void kv_append_host(const KvAppendArgs& args);
 // Exact merge of `cp` partial attentions of the same heads (DESIGN §5):
 // M = max m_i, w_i = l_i e^(m_i - M) / sum_j l_j e^(m_j - M), o = sum w_i o_i,
 // in float32. Partials with l = 0 (no visible KV) are skipped whatever their
-// values; a row where every partial is empty gives o = 0 and stats (-inf, 0).
+// values, and so are those with m = -inf (logits below float32's range); a
+// row where every partial is skipped gives o = 0 and stats (-inf, 0). A
+// partial whose l is NaN or negative, or whose m is NaN or +inf (NaN in the
+// KV it read, or logits past float32's range) makes its row's o and l NaN,
+// as one unsplit run would, rather than vanish from a finite answer.
 struct HelixCombineArgs {
   std::int32_t cp = 1;
   std::int64_t tokens = 0;

@@ -3,6 +3,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/partial_stats.hpp"
 #include "helixmla/helix.hpp"
 
 namespace helixmla {
@@ -19,21 +20,22 @@ void helix_combine_host(const HelixCombineArgs& a) {
   for (std::int64_t t = 0; t < a.tokens; ++t) {
     for (std::int64_t h = 0; h < a.heads; ++h) {
       const std::int64_t row = t * a.heads + h;
-      // An empty partial (l = 0) must not take part, even if its m is garbage.
       float max_m = -std::numeric_limits<float>::infinity();
       for (std::int32_t i = 0; i < a.cp; ++i) {
         const float* s = a.stats + 2 * (i * rank_rows + row);
-        if (s[1] > 0.0f && std::isfinite(s[0])) max_m = std::fmax(max_m, s[0]);
+        if (partial_role(s[0], s[1]) == PartialRole::merged) max_m = std::fmax(max_m, s[0]);
       }
       float denominator = 0.0f;
       for (std::int32_t i = 0; i < a.cp; ++i) {
         const float* s = a.stats + 2 * (i * rank_rows + row);
-        const bool live = s[1] > 0.0f && std::isfinite(s[0]);
-        weight[static_cast<std::size_t>(i)] = live ? s[1] * std::exp(s[0] - max_m) : 0.0f;
+        const PartialRole role = partial_role(s[0], s[1]);
+        weight[static_cast<std::size_t>(i)] = role == PartialRole::merged    ? s[1] * std::exp(s[0] - max_m)
+                                              : role == PartialRole::skipped ? 0.0f
+                                                                             : std::numeric_limits<float>::quiet_NaN();
         denominator += weight[static_cast<std::size_t>(i)];
       }
       std::fill(acc.begin(), acc.end(), 0.0f);
-      if (denominator > 0.0f) {
+      if (denominator != 0.0f) {
         for (std::int32_t i = 0; i < a.cp; ++i) {
           const float w = weight[static_cast<std::size_t>(i)] / denominator;
           if (w == 0.0f) continue;
@@ -49,7 +51,7 @@ void helix_combine_host(const HelixCombineArgs& a) {
       }
       if (a.out_stats != nullptr) {
         float* s = a.out_stats + 2 * (t * stats_stride + h);
-        s[0] = denominator > 0.0f ? max_m : -std::numeric_limits<float>::infinity();
+        s[0] = denominator != 0.0f ? max_m : -std::numeric_limits<float>::infinity();
         s[1] = denominator;
       }
     }

@@ -6,6 +6,7 @@
 #include "cuda/cuda_check.hpp"
 #include "cuda/dependent_launch.cuh"
 #include "cuda/dependent_launch.hpp"
+#include "core/partial_stats.hpp"
 #include "cuda/helix_dtype.cuh"
 #include "helixmla/error.hpp"
 #include "helixmla/helix.hpp"
@@ -22,8 +23,6 @@ struct CombineGeometry {
   long long out_head_stride;
   long long stats_head_stride;
 };
-
-__device__ __forceinline__ bool live(const float* s) { return s[1] > 0.0f && isfinite(s[0]); }
 
 constexpr int kThreads = 128;
 constexpr int kColumnsPerThread = 4;  // 512 columns (kv_lora_rank) in one pass
@@ -46,17 +45,18 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll 4
   for (int i = 0; i < g.cp; ++i) {
     const float* s = stats + 2 * (i * rank_rows + row);
-    if (live(s)) max_m = fmaxf(max_m, s[0]);
+    if (partial_role(s[0], s[1]) == PartialRole::merged) max_m = fmaxf(max_m, s[0]);
   }
-  float denominator = 0.0f;
-  for (int i = 0; i < g.cp; ++i) {
+  // Unnormalised: a poisoning partial's NaN reaches the denominator, and
+  // through it every weight of the row.
+  auto mass = [&](int i) {
     const float* s = stats + 2 * (i * rank_rows + row);
-    denominator += live(s) ? s[1] * expf(s[0] - max_m) : 0.0f;
-  }
-  auto weight = [&](int i) {
-    const float* s = stats + 2 * (i * rank_rows + row);
-    return denominator > 0.0f && live(s) ? s[1] * expf(s[0] - max_m) / denominator : 0.0f;
+    const PartialRole role = partial_role(s[0], s[1]);
+    return role == PartialRole::merged ? s[1] * expf(s[0] - max_m) : role == PartialRole::skipped ? 0.0f : NAN;
   };
+  float denominator = 0.0f;
+  for (int i = 0; i < g.cp; ++i) denominator += mass(i);
+  auto weight = [&](int i) { return denominator != 0.0f ? mass(i) / denominator : 0.0f; };
 
   const long long out_base = (token * g.out_head_stride + head) * g.width;
   for (int base = 0; base < g.width; base += kThreads * kColumnsPerThread) {
@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   if (out_stats != nullptr && threadIdx.x == 0) {
     float* s = out_stats + 2 * (token * g.stats_head_stride + head);
-    s[0] = denominator > 0.0f ? max_m : -INFINITY;
+    s[0] = denominator != 0.0f ? max_m : -INFINITY;
     s[1] = denominator;
   }
 }

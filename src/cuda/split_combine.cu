@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "core/partial_stats.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/dependent_launch.cuh"
 #include "cuda/pair_codec.cuh"
@@ -47,7 +48,6 @@ __device__ int find_segment(const SplitSegment* segments, int count, std::int64_
   return lo;
 }
 
-__device__ bool contributes(float m, float l) { return l > 0.0f && m > -INFINITY; }
 
 // Running softmax statistics of a set of splits: the largest m and the sum
 // of l e^(m - max). Merging is order-free, so one pass over the splits'
@@ -57,7 +57,9 @@ struct MaxSum {
   float m = -INFINITY;
   float l = 0.0f;
   __device__ void add(float m2, float l2) {
-    if (!contributes(m2, l2)) return;
+    const PartialRole role = partial_role(m2, l2);
+    if (role == PartialRole::poisons) l = NAN;  // stays NaN through every later add
+    if (role != PartialRole::merged) return;
     if (m2 > m) {
       l = l * __expf(m - m2) + l2;  // e^(-inf) = 0 for the first contribution
       m = m2;
@@ -76,9 +78,10 @@ __device__ MaxSum warp_merge(MaxSum v) {
 }
 
 // One output row's splits: where its entries start, their merged
-// statistics, and each split's weight in the output (0 for splits that saw
-// nothing, whose partials may be unwritten, any bits, NaN included, and
-// never reach the output). Loads of those partials carry no branch, so a
+// statistics, and each split's weight in the output (partial_role: 0 for
+// splits that saw nothing, whose partials may be unwritten, any bits, NaN
+// included, and never reach the output; NaN for every split of a row that
+// one split's NaN statistics poisoned). Loads of those partials carry no branch, so a
 // warp has a whole unrolled group of them in flight instead of one
 // stats-then-partial round trip per split.
 struct RowSplits {
@@ -101,10 +104,14 @@ struct RowSplits {
     total = merged;
     inv_l = empty() ? 0.0f : 1.0f / total.l;
   }
-  __device__ bool empty() const { return !(total.l > 0.0f); }
+  // A row some split poisoned (l NaN) is not empty: its output is NaN.
+  __device__ bool empty() const { return total.l == 0.0f; }
   // Weight in the output of a split with statistics ml.
   __device__ float weight_of(float2 ml) const {
-    return contributes(ml.x, ml.y) ? ml.y * __expf(ml.x - total.m) * inv_l : 0.0f;
+    const PartialRole role = partial_role(ml.x, ml.y);
+    return role == PartialRole::merged ? ml.y * __expf(ml.x - total.m) * inv_l
+           : role == PartialRole::skipped ? 0.0f
+                                          : NAN;
   }
   __device__ float weight(int s) const { return weight_of(stats[s]); }
   __device__ void write_stats(const SplitCombineArgs& args) const {

@@ -471,6 +471,88 @@ TEST(GenericSplitCombine, MergesSplitsAndIgnoresEmptyOnes) {
   for (const std::int32_t rank : {512, 640, 510}) expect_combine_merges(rank);
 }
 
+// A split whose statistics carry NaN input (NaN in the KV it read gives NaN
+// l) turns its row to NaN, as the unsplit run would, instead of dropping out
+// of a finite answer; a split with m = -inf and l > 0 (logits below
+// float32's range) weighs nothing. Split 33 sits past the first 32 lanes.
+TEST(GenericSplitCombine, PoisonedSplitsMakeTheirRowNan) {
+  HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(1);
+  constexpr std::int32_t kRows = 4, kSplits = 40, kColumns = 512;
+  const std::vector<cuda::SplitSegment> segments = {{0, 0, 0, kRows, kSplits}};
+  const std::int64_t entries = std::int64_t{kRows} * kSplits;
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> partial(entries * kColumns), stats(entries * 2);
+  for (float& v : partial) v = uniform(rng);
+  for (std::int64_t e = 0; e < entries; ++e) {
+    stats[e * 2] = 3.0f * uniform(rng);
+    stats[e * 2 + 1] = 1.0f + 5.0f * std::fabs(uniform(rng));
+  }
+  auto set = [&](std::int32_t row, std::int32_t split, float m, float l) {
+    stats[(std::int64_t{row} * kSplits + split) * 2] = m;
+    stats[(std::int64_t{row} * kSplits + split) * 2 + 1] = l;
+  };
+  set(0, 7, 0.5f, NAN);
+  set(1, 33, INFINITY, 2.0f);
+  set(2, 3, NAN, 2.0f);
+  // Row 3: the answer is the float64 merge of every split but 33.
+  double m_max = -INFINITY, l_sum = 0.0;
+  for (std::int32_t s = 0; s < kSplits; ++s) {
+    if (s != 33) m_max = std::max<double>(m_max, stats[(3 * kSplits + s) * 2]);
+  }
+  for (std::int32_t s = 0; s < kSplits; ++s) {
+    if (s != 33) l_sum += stats[(3 * kSplits + s) * 2 + 1] * std::exp(stats[(3 * kSplits + s) * 2] - m_max);
+  }
+  std::vector<double> want(kColumns, 0.0);
+  for (std::int32_t s = 0; s < kSplits; ++s) {
+    if (s == 33) continue;
+    const std::int64_t e = 3 * kSplits + s;
+    const double w = stats[e * 2 + 1] * std::exp(stats[e * 2] - m_max) / l_sum;
+    for (std::int32_t d = 0; d < kColumns; ++d) want[d] += w * partial[e * kColumns + d];
+  }
+  set(3, 33, -INFINITY, 5.0f);
+
+  DeviceBuffer d_segments(segments.size() * sizeof(cuda::SplitSegment));
+  d_segments.upload(segments.data(), d_segments.bytes());
+  DeviceBuffer d_partial(partial.size() * sizeof(float)), d_stats(stats.size() * sizeof(float));
+  d_partial.upload(partial.data(), d_partial.bytes());
+  d_stats.upload(stats.data(), d_stats.bytes());
+  DeviceBuffer d_out(kRows * kColumns * 2), d_out_stats(kRows * 2 * sizeof(float));
+  for (const std::int64_t wide_rows : {std::int64_t{0}, std::int64_t{kRows}}) {
+    SCOPED_TRACE("wide_rows " + std::to_string(wide_rows));
+    d_out.fill_bytes(0x3c);  // 1.0078 in every fp16 column: finite poison
+    d_out_stats.fill_bytes(0x3c);
+    cuda::SplitCombineArgs args;
+    args.segments = static_cast<const cuda::SplitSegment*>(d_segments.data());
+    args.num_segments = 1;
+    args.total_rows = kRows;
+    args.wide_rows = wide_rows;
+    args.partial_out = static_cast<const float*>(d_partial.data());
+    args.partial_stats = static_cast<const float*>(d_stats.data());
+    args.kv_lora_rank = kColumns;
+    args.out = d_out.data();
+    args.out_dtype = DType::fp16;
+    args.stats = static_cast<float*>(d_out_stats.data());
+    TestStream stream;
+    cuda::launch_split_combine(args, stream.get());
+    stream.synchronize();
+    std::vector<std::uint16_t> out(kRows * kColumns);
+    std::vector<float> out_stats(kRows * 2);
+    d_out.download(out.data(), out.size() * 2);
+    d_out_stats.download(out_stats.data(), out_stats.size() * sizeof(float));
+    for (std::int32_t row = 0; row < 3; ++row) {
+      const Comparison c = compare(out.data() + std::int64_t{row} * kColumns, DType::fp16,
+                                   std::vector<double>(kColumns, 0.0));
+      EXPECT_EQ(c.non_finite, kColumns) << "row " << row << " has finite outputs";
+      EXPECT_TRUE(std::isnan(out_stats[row * 2 + 1])) << "row " << row << ": l " << out_stats[row * 2 + 1];
+    }
+    const Comparison c = compare(out.data() + 3 * kColumns, DType::fp16, want);
+    EXPECT_TRUE(c.within(1e-3)) << "row 3: " << c.rel_l2_err << ", non-finite " << c.non_finite;
+    EXPECT_NEAR(out_stats[6], m_max, 1e-5);
+    EXPECT_NEAR(out_stats[7], l_sum, 1e-4 * l_sum);
+  }
+}
+
 TEST(GenericSplitCombine, WideRowsBeyondTheRowsAreRefused) {
   HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(1);
   DeviceBuffer dummy(4096);

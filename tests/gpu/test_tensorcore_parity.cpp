@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
@@ -696,6 +697,38 @@ TEST(TensorcoreSplitKv, OneLongRequestAmongShortOnesIsSplitEvenly) {
     const RunInfo info = expect_parity(host, label_of(spec) + " one long request");
     EXPECT_GE(info.most_splits, cuda::kSplitCombineWideFromSplits) << label_of(spec);
     EXPECT_LT(info.fewest_splits, cuda::kSplitCombineWideFromSplits) << label_of(spec);
+  }
+}
+
+// One NaN code in the KV of a long request: the unsplit softmax gives NaN in
+// every output and in l, so the split run must too. The combine once
+// dropped the split that read it (l NaN) and returned a finite answer.
+TEST(TensorcoreSplitKv, NanInTheKvOfOneSplitReachesEveryOutput) {
+  SKIP_WITHOUT_TENSORCORE();
+  for (const auto& [heads, kv] : {std::pair{16, DType::bf16}, std::pair{48, DType::fp8_e4m3},
+                                  std::pair{128, DType::bf16}, std::pair{128, DType::fp8_e4m3}}) {
+    BatchSpec spec = decode_spec(heads, 1, 64, kv);
+    spec.generations = 1;
+    spec.kv_len = {20000};
+    SyntheticBatch host(spec);
+    store_from_float(host.pool_.data(), kv, host.pool_row(0, 12345) + 3, std::numeric_limits<float>::quiet_NaN());
+    DeviceBatch device(host);
+    const Problem problem = device.problem();
+    // Finite poison (0x3c bytes), so an output left unwritten cannot pass
+    // for the NaN the test expects.
+    check_cuda(cudaMemset(problem.out, 0x3c, host.out_bytes()), "poison out");
+    check_cuda(cudaMemset(problem.stats.data, 0x3c, host.stats_.size() * sizeof(float)), "poison stats");
+    TestStream stream;
+    const RunInfo info = run_tensorcore(problem, stream.get());
+    EXPECT_TRUE(info.any_split) << label_of(spec) << ": the plan did not split";
+    device.download_outputs();
+    const std::int64_t values = static_cast<std::int64_t>(host.out_bytes() / 2);
+    std::int64_t finite = 0;
+    for (std::int64_t i = 0; i < values; ++i) finite += std::isfinite(load_as_float(host.out_.data(), spec.q_dtype, i));
+    EXPECT_EQ(finite, 0) << label_of(spec) << ": " << finite << " of " << values << " outputs finite";
+    for (std::int32_t h = 0; h < heads; ++h) {
+      EXPECT_TRUE(std::isnan(host.stats_[2 * h + 1])) << label_of(spec) << " head " << h << ": l " << host.stats_[2 * h + 1];
+    }
   }
 }
 

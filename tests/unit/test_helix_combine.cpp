@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "helixmla/error.hpp"
@@ -204,6 +205,44 @@ TEST(HelixCombine, AllEmptyRowsGiveZeroNotNan) {
   }
   for (std::int32_t h = 0; h < 3; ++h) {
     for (std::int32_t k = 0; k < 16; ++k) EXPECT_TRUE(std::isfinite(out[h * 16 + k]));
+  }
+}
+
+// A rank whose statistics carry NaN input (l NaN, m NaN or +inf) must turn
+// its row to NaN, as the unsplit run would, not drop out of a finite answer;
+// a rank with m = -inf (logits below float32's range) weighs nothing.
+TEST(HelixCombine, PoisonedRanksMakeTheirRowNanAndBelowRangeRanksWeighNothing) {
+  struct Poison {
+    float m, l;
+  };
+  for (const Poison bad : {Poison{1.5f, kNan}, Poison{kNan, 3.0f}, Poison{kInf, 3.0f}, Poison{0.5f, -2.0f}}) {
+    SCOPED_TRACE("poisoned stats (" + std::to_string(bad.m) + ", " + std::to_string(bad.l) + ")");
+    Inputs in = random_inputs(3, 2, 2, 16, 13, [](std::int32_t, std::int64_t, std::int32_t) { return false; });
+    // Row (token 0, head 1): rank 2 poisoned. Row (token 1, head 0): rank 1
+    // below float32's range; the float64 merge without it is the answer.
+    in.stats[2 * in.row(2, 0, 1)] = bad.m;
+    in.stats[2 * in.row(2, 0, 1) + 1] = bad.l;
+    Inputs without = in;
+    without.stats[2 * without.row(1, 1, 0)] = -kInf;
+    without.stats[2 * without.row(1, 1, 0) + 1] = 0.0f;
+    in.stats[2 * in.row(1, 1, 0)] = -kInf;
+    in.stats[2 * in.row(1, 1, 0) + 1] = 7.0f;
+    const Expected e = combine_float64(without);
+    std::vector<float> out(2 * 2 * 16, 0.25f), stats(2 * 2 * 2, 0.25f);
+    helix_combine_host(args_for(in, in.partial.data(), DType::fp32, out.data(), DType::fp32, stats.data()));
+    for (std::int64_t row = 0; row < 4; ++row) {
+      for (std::int32_t k = 0; k < 16; ++k) {
+        const float got = out[static_cast<std::size_t>(row * 16 + k)];
+        if (row == 1) {
+          EXPECT_TRUE(std::isnan(got)) << "row 1 column " << k << ": " << got;
+        } else {
+          EXPECT_NEAR(got, e.out[static_cast<std::size_t>(row * 16 + k)], 2e-6) << "row " << row << " column " << k;
+        }
+      }
+    }
+    EXPECT_TRUE(std::isnan(stats[2 * 1 + 1])) << "l of the poisoned row: " << stats[3];
+    EXPECT_NEAR(stats[2 * 2], e.m[2], 1e-6);
+    EXPECT_NEAR(stats[2 * 2 + 1], e.l[2], 1e-5 * e.l[2]);
   }
 }
 
