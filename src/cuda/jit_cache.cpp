@@ -1,13 +1,15 @@
 #include "cuda/jit_cache.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
-#include <iterator>
 #include <mutex>
 #include <system_error>
 #include <thread>
@@ -50,6 +52,27 @@ std::string file_name_of(std::string_view entry_name) {
     name += safe ? c : '_';
   }
   return name + ".hjit";
+}
+
+// Closes the descriptor on every way out of a load.
+struct OpenFile {
+  int fd = -1;
+  ~OpenFile() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// False on a short read or an error: the entry cannot be what its size said.
+bool read_exactly(int fd, void* out, std::size_t bytes) {
+  auto* cursor = static_cast<char*>(out);
+  while (bytes > 0) {
+    const ssize_t got = ::read(fd, cursor, bytes);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    cursor += got;
+    bytes -= static_cast<std::size_t>(got);
+  }
+  return true;
 }
 
 }  // namespace
@@ -102,27 +125,38 @@ std::optional<std::vector<char>> JitCache::load(std::string_view entry_name, std
     if (why) *why = kind;
     return std::nullopt;
   };
-  std::ifstream in(entry_path(entry_name), std::ios::binary);
-  if (!in) return miss(JitLookup::missing);
-  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // O_NONBLOCK: a FIFO at the entry's path would block the open until a
+  // writer came. Only a regular file is read at all: a directory fails the
+  // read, a device may never end.
+  const OpenFile file{::open(entry_path(entry_name).c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
+  if (file.fd < 0) return miss(JitLookup::missing);
+  struct stat info {};
+  if (::fstat(file.fd, &info) != 0 || !S_ISREG(info.st_mode)) return miss(JitLookup::corrupt);
+  const auto file_bytes = static_cast<std::uint64_t>(info.st_size);
   EntryHeader header{};
-  if (bytes.size() < sizeof header) return miss(JitLookup::corrupt);
-  std::memcpy(&header, bytes.data(), sizeof header);
+  if (file_bytes < sizeof header || !read_exactly(file.fd, &header, sizeof header)) {
+    return miss(JitLookup::corrupt);
+  }
   if (std::memcmp(header.magic, kMagic, sizeof kMagic) != 0 ||
       header.format_version != kFormatVersion) {
     return miss(JitLookup::corrupt);
   }
-  if (bytes.size() != sizeof header + header.key_bytes + header.payload_bytes) {
+  // By subtraction: the header's sizes may hold anything, and their sum
+  // could wrap around to the file's size.
+  const std::uint64_t body_bytes = file_bytes - sizeof header;
+  if (header.key_bytes > body_bytes || header.payload_bytes != body_bytes - header.key_bytes) {
     return miss(JitLookup::corrupt);
   }
-  const std::string_view stored_key(bytes.data() + sizeof header, header.key_bytes);
+  std::vector<char> body(body_bytes);
+  if (!read_exactly(file.fd, body.data(), body.size())) return miss(JitLookup::corrupt);
+  const std::string_view stored_key(body.data(), header.key_bytes);
   if (header.key_digest != fnv1a64(stored_key)) return miss(JitLookup::corrupt);
   if (stored_key != key) return miss(JitLookup::stale);
-  const char* payload = bytes.data() + sizeof header + header.key_bytes;
-  const std::string_view payload_view(payload, header.payload_bytes);
+  const std::string_view payload_view(body.data() + header.key_bytes, header.payload_bytes);
   if (header.payload_checksum != fnv1a64(payload_view)) return miss(JitLookup::corrupt);
   if (why) *why = JitLookup::hit;
-  return std::vector<char>(payload, payload + header.payload_bytes);
+  body.erase(body.begin(), body.begin() + static_cast<std::ptrdiff_t>(header.key_bytes));
+  return body;
 }
 
 void JitCache::store(std::string_view entry_name, std::string_view key,

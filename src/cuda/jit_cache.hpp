@@ -8,11 +8,11 @@
 // starts with a header that carries the full key text (source-text hash,
 // compile options, architecture, NVRTC version) and a checksum of the
 // payload. A load whose key differs (stale: the kernel source or the compiler
-// changed) or whose checksum, length or magic is wrong (corrupt) is a miss, so
-// the caller compiles again and the store replaces the entry. Stores write a
-// private temporary file and rename it over the entry: rename is atomic, so
-// concurrent writers (threads or processes) leave one complete entry, never a
-// mixture.
+// changed), whose checksum, length or magic is wrong, or that finds no
+// regular file (corrupt) is a miss, so the caller compiles again and the
+// store replaces the entry. Stores write a private temporary file and rename
+// it over the entry: rename is atomic, so concurrent writers (threads or
+// processes) leave one complete entry, never a mixture.
 #pragma once
 
 #include <cstdint>

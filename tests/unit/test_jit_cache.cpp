@@ -3,15 +3,21 @@
 // entry; and NVRTC compiles the tensor-core kernel for sm_90a without a GPU.
 #if defined(HELIXMLA_WITH_CUDA)
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <random>
 #include <string>
 #include <thread>
@@ -102,6 +108,65 @@ TEST_F(JitCacheTest, TruncatedAndForeignFilesAreCorrupt) {
 
   std::ofstream(cache.entry_path("w"), std::ios::binary) << "not a cache entry at all";
   EXPECT_FALSE(cache.load("w", "key", &why));
+  EXPECT_EQ(why, JitLookup::corrupt);
+}
+
+// Something other than a regular file at an entry's path is a miss the
+// next store replaces where it can: a FIFO must not block the load (its open
+// waits for a writer), a directory must not throw out of the read.
+TEST_F(JitCacheTest, NonRegularEntriesAreCorruptAndNeverBlock) {
+  JitCache cache(dir_);
+  fs::create_directories(dir_);
+  const std::vector<char> data = payload(3000, 5);
+
+  fs::create_directories(cache.entry_path("d") / "inside");
+  JitLookup why = JitLookup::hit;
+  EXPECT_FALSE(cache.load("d", "key", &why));
+  EXPECT_EQ(why, JitLookup::corrupt);
+
+  const fs::path fifo = cache.entry_path("f");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto load = std::async(std::launch::async, [&] {
+    JitLookup kind = JitLookup::hit;
+    const bool loaded = cache.load("f", "key", &kind).has_value();
+    return std::make_pair(loaded, kind);
+  });
+  if (load.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    // Let the blocked open return so that the test can end.
+    const int writer = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (writer >= 0) ::close(writer);
+    load.wait();
+    FAIL() << "loading a FIFO entry blocked";
+  }
+  EXPECT_EQ(load.get(), std::make_pair(false, JitLookup::corrupt));
+  cache.store("f", "key", data);
+  const auto loaded = cache.load("f", "key", &why);
+  ASSERT_TRUE(loaded);
+  EXPECT_EQ(*loaded, data);
+}
+
+// A header whose sizes sum, wrapping around 2^64, to the file's true size:
+// the key must not be read beyond the file.
+TEST_F(JitCacheTest, HeaderSizesThatWrapAreCorrupt) {
+  JitCache cache(dir_);
+  const std::string key = "source=0123;arch=sm_90a";
+  const std::vector<char> data = payload(777, 6);
+  cache.store("v", key, data);
+  // The entry header's layout: magic[8], format u32, key_bytes u32,
+  // key_digest u64, payload_bytes u64, payload_checksum u64.
+  constexpr std::uint32_t key_bytes = 0xffffffffu;
+  const std::uint64_t payload_bytes = key.size() + data.size() - std::uint64_t{key_bytes};
+  {
+    std::fstream f(cache.entry_path("v"), std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good());
+    f.seekp(12);
+    f.write(reinterpret_cast<const char*>(&key_bytes), sizeof key_bytes);
+    f.seekp(24);
+    f.write(reinterpret_cast<const char*>(&payload_bytes), sizeof payload_bytes);
+    ASSERT_TRUE(f.good());
+  }
+  JitLookup why = JitLookup::hit;
+  EXPECT_FALSE(cache.load("v", key, &why));
   EXPECT_EQ(why, JitLookup::corrupt);
 }
 
