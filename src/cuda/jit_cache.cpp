@@ -107,7 +107,14 @@ std::filesystem::path JitCache::default_directory() {
   if (const char* home = std::getenv("HOME"); home && *home) {
     return std::filesystem::path(home) / ".cache" / "helixmla" / "jit";
   }
-  return std::filesystem::temp_directory_path() / "helixmla-jit";
+  // No home (a service, a container's anonymous user): a folder of this
+  // user's own under the temporary directory, so that users do not share
+  // one that only its creator can write. The error_code form: a $TMPDIR
+  // that is not a directory must not fail the run for want of a cache.
+  std::error_code ec;
+  std::filesystem::path temp = std::filesystem::temp_directory_path(ec);
+  if (ec) temp = "/tmp";
+  return temp / ("helixmla-jit-" + std::to_string(::getuid()));
 }
 
 void set_jit_cache_directory(const std::filesystem::path& directory) {
@@ -163,7 +170,11 @@ void JitCache::store(std::string_view entry_name, std::string_view key,
                      std::span<const char> payload) const {
   std::error_code ec;
   std::filesystem::create_directories(directory_, ec);
-  if (ec && !std::filesystem::is_directory(directory_)) {
+  // The error_code form: a path the process cannot search or name (EACCES,
+  // ENAMETOOLONG) must stay a RuntimeFailure, which callers treat as a
+  // cache they cannot use.
+  std::error_code status_ec;
+  if (ec && !std::filesystem::is_directory(directory_, status_ec)) {
     throw RuntimeFailure("cannot create the JIT cache directory " + directory_.string() + ": " +
                          ec.message());
   }

@@ -2,7 +2,9 @@
 // compiled once is never compiled again by any later process.
 //
 // Location, first match wins: set_jit_cache_directory(), $HELIXMLA_JIT_CACHE,
-// $XDG_CACHE_HOME/helixmla/jit, ~/.cache/helixmla/jit.
+// $XDG_CACHE_HOME/helixmla/jit, ~/.cache/helixmla/jit, and with no $HOME
+// helixmla-jit-<uid> in the temporary directory. A location that cannot be
+// created or written costs a compile per process, not the run.
 //
 // One file per entry name (the kernel variant and its architecture). The file
 // starts with a header that carries the full key text (source-text hash,

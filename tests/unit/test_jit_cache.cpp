@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -170,6 +171,24 @@ TEST_F(JitCacheTest, HeaderSizesThatWrapAreCorrupt) {
   EXPECT_EQ(why, JitLookup::corrupt);
 }
 
+// A directory the process cannot create (here: a name over NAME_MAX; as
+// well a parent it may not search) is a RuntimeFailure from store, which
+// cached_cubin absorbs: the kernel is compiled in memory.
+TEST_F(JitCacheTest, UnusableDirectoryCostsACompileNotTheRun) {
+  const JitCache cache(dir_ / std::string(300, 'd'));
+  EXPECT_THROW(cache.store("v", "key", payload(64, 7)), RuntimeFailure);
+
+  NvrtcProgram program;
+  program.name = "tiny.cu";
+  program.source = "extern \"C\" __global__ void tiny(int* out) { out[threadIdx.x] = 7; }";
+  program.arch = "sm_90a";
+  bool compiled = false;
+  const std::vector<char> cubin = cached_cubin(program, "tiny", cache, &compiled);
+  EXPECT_TRUE(compiled);
+  ASSERT_GT(cubin.size(), 4u);
+  EXPECT_EQ(std::string(cubin.data() + 1, 3), "ELF");
+}
+
 TEST_F(JitCacheTest, StaleKeyIsDetected) {
   JitCache cache(dir_);
   cache.store("v", "source=aaaa;nvrtc=13.0", payload(512, 4));
@@ -255,6 +274,51 @@ TEST_F(JitCacheTest, DirectoryFollowsOverrideThenEnvironment) {
   } else {
     ::unsetenv("HELIXMLA_JIT_CACHE");
   }
+}
+
+// Sets an environment variable for one test and puts back what was there.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) saved_ = old;
+    if (value) {
+      ::setenv(name, value, 1);
+    } else {
+      ::unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (saved_) {
+      ::setenv(name_, saved_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> saved_;
+};
+
+// Without $HOME the cache goes to a folder of the user's own (users sharing
+// one, only its creator could write it), and a $TMPDIR that is no directory
+// does not throw: a cache location never fails the run.
+TEST_F(JitCacheTest, DirectoryWithoutHomeIsPerUserAndNeverThrows) {
+  const ScopedEnv cache_env("HELIXMLA_JIT_CACHE", nullptr);
+  const ScopedEnv xdg("XDG_CACHE_HOME", nullptr);
+  const ScopedEnv home("HOME", nullptr);
+  const std::string per_user = "helixmla-jit-" + std::to_string(::getuid());
+  {
+    const ScopedEnv tmpdir("TMPDIR", dir_.c_str());
+    fs::create_directories(dir_);
+    EXPECT_EQ(JitCache::default_directory(), dir_ / per_user);
+  }
+  const ScopedEnv tmpdir("TMPDIR", (dir_ / "absent").c_str());
+  fs::path chosen;
+  EXPECT_NO_THROW(chosen = JitCache::default_directory());
+  EXPECT_EQ(chosen.filename(), per_user);
 }
 
 // NVRTC needs no GPU: the kernel text embedded in the library compiles for
