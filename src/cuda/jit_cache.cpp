@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -52,6 +53,29 @@ std::string file_name_of(std::string_view entry_name) {
     name += safe ? c : '_';
   }
   return name + ".hjit";
+}
+
+// Between an entry's file name and a writer's own suffix.
+constexpr std::string_view kTemporaryInfix = ".tmp.";
+
+// A writer killed between creating its temporary and renaming it leaves the
+// temporary behind, and no later store would reuse its name. Writing one
+// takes milliseconds, so one this old belongs to no live writer, on any host
+// sharing the folder.
+constexpr auto kAbandonedTemporaryAge = std::chrono::hours(1);
+
+void remove_abandoned_temporaries(const std::filesystem::path& directory) {
+  const std::string marker = std::string(".hjit") + std::string(kTemporaryInfix);
+  const auto now = std::filesystem::file_time_type::clock::now();
+  std::error_code ec;
+  std::filesystem::directory_iterator it(directory, ec);
+  for (; !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    if (it->path().filename().string().find(marker) == std::string::npos) continue;
+    std::error_code entry_ec;
+    if (!it->is_regular_file(entry_ec)) continue;
+    const auto written = it->last_write_time(entry_ec);
+    if (!entry_ec && now - written > kAbandonedTemporaryAge) std::filesystem::remove(it->path(), entry_ec);
+  }
 }
 
 // Closes the descriptor on every way out of a load.
@@ -190,7 +214,7 @@ void JitCache::store(std::string_view entry_name, std::string_view key,
   static std::atomic<std::uint64_t> counter{0};
   const std::filesystem::path final_path = entry_path(entry_name);
   std::filesystem::path temp_path = final_path;
-  temp_path += ".tmp." + std::to_string(::getpid()) + "." +
+  temp_path += std::string(kTemporaryInfix) + std::to_string(::getpid()) + "." +
                hex64(std::hash<std::thread::id>{}(std::this_thread::get_id())) + "." +
                std::to_string(counter.fetch_add(1));
   {
@@ -211,6 +235,7 @@ void JitCache::store(std::string_view entry_name, std::string_view key,
     std::filesystem::remove(temp_path, ec);
     throw RuntimeFailure("cannot publish the JIT cache entry " + final_path.string() + ": " + reason);
   }
+  remove_abandoned_temporaries(directory_);
 }
 
 }  // namespace helixmla::cuda

@@ -14,7 +14,8 @@
 // regular file (corrupt) is a miss, so the caller compiles again and the
 // store replaces the entry. Stores write a private temporary file and rename
 // it over the entry: rename is atomic, so concurrent writers (threads or
-// processes) leave one complete entry, never a mixture.
+// processes) leave one complete entry, never a mixture; a store removes
+// temporaries over an hour old, which writers killed mid-write left.
 #pragma once
 
 #include <cstdint>

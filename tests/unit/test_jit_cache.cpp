@@ -231,6 +231,34 @@ TEST_F(JitCacheTest, ConcurrentThreadWritersLeaveOneValidEntry) {
   }
 }
 
+// A writer killed before its rename leaves its temporary; a later store
+// removes those old enough to belong to no live writer, and leaves a fresh
+// one (a writer at work) and other files alone.
+TEST_F(JitCacheTest, StoreRemovesAbandonedTemporaries) {
+  JitCache cache(dir_);
+  fs::create_directories(dir_);
+  const auto write_file = [&](const std::string& name, unsigned seed) {
+    const std::vector<char> bytes = payload(1500, seed);
+    std::ofstream(dir_ / name, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    return dir_ / name;
+  };
+  const fs::path abandoned = write_file("other.hjit.tmp.4242.00000000deadbeef.0", 30);
+  const fs::path in_progress = write_file("v.hjit.tmp.4243.00000000deadbeef.1", 31);
+  const fs::path foreign = write_file("notes.tmp.txt", 32);
+  const auto two_hours_ago = fs::file_time_type::clock::now() - std::chrono::hours(2);
+  fs::last_write_time(abandoned, two_hours_ago);
+  fs::last_write_time(foreign, two_hours_ago);
+
+  const std::vector<char> data = payload(2500, 33);
+  cache.store("v", "key", data);
+  EXPECT_FALSE(fs::exists(abandoned));
+  EXPECT_TRUE(fs::exists(in_progress));
+  EXPECT_TRUE(fs::exists(foreign));
+  const auto loaded = cache.load("v", "key");
+  ASSERT_TRUE(loaded);
+  EXPECT_EQ(*loaded, data);
+}
+
 TEST_F(JitCacheTest, ConcurrentProcessWritersLeaveOneValidEntry) {
   std::vector<std::vector<char>> payloads;
   for (unsigned i = 0; i < 4; ++i) payloads.push_back(payload(50000 + 7 * i, 20 + i));
