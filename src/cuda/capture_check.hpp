@@ -6,6 +6,14 @@
 // pinned allocation invalidates the capture. So prepare refuses a capturing
 // stream with a clear error, as a refresh's upload does; a graph captures
 // enqueue.
+//
+// Another stream may be capturing meanwhile: one of this thread's, or, in
+// cudaStreamCaptureModeGlobal (CUDA's default), any thread's. CUDA then
+// forbids this thread the calls it deems unsafe during a capture (cudaMalloc,
+// cudaFree, cudaMallocHost, cudaEventQuery, module loads); each fails and
+// invalidates that capture. Prepare, refresh and a run's release make such
+// calls, for work that belongs to no graph (their streams are not
+// capturing), so they run in relaxed mode.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -24,5 +32,22 @@ inline void refuse_capturing_stream(cudaStream_t stream) {
                           "them before the capture and capture the run's enqueue");
   }
 }
+
+// Puts the calling thread in cudaStreamCaptureModeRelaxed for a scope and
+// restores its mode after. Never throws, so destructors may use it: should
+// the swap fail, the unsafe call it guards reports the capture itself.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() noexcept : swapped_(cudaThreadExchangeStreamCaptureMode(&previous_) == cudaSuccess) {}
+  ~RelaxedCaptureMode() {
+    if (swapped_) cudaThreadExchangeStreamCaptureMode(&previous_);
+  }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  cudaStreamCaptureMode previous_ = cudaStreamCaptureModeRelaxed;
+  bool swapped_;
+};
 
 }  // namespace helixmla::cuda

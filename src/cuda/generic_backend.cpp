@@ -298,6 +298,7 @@ class GenericBackend final : public Backend {
     const int device = phase.location.device;
     DeviceGuard guard(device);
     refuse_capturing_stream(static_cast<cudaStream_t>(stream));
+    RelaxedCaptureMode relaxed;
 
     GenericLaunch planned = launch_for(phase, plan_of(phase));
     const std::size_t needed = planned.layout.total_bytes;

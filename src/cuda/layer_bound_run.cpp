@@ -53,6 +53,7 @@ PreparedRun::Refresh LayerBoundRun::plan_refresh(const Problem& next) {
   return [this, next, upload = std::move(upload)](void* stream) {
     DeviceGuard guard(device_);
     refuse_capturing_stream(static_cast<cudaStream_t>(stream));
+    RelaxedCaptureMode relaxed;
     upload(stream);
     prepared_ = layer_tensors(next);
   };

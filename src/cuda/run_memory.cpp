@@ -1,11 +1,14 @@
 #include "cuda/run_memory.hpp"
 
+#include "cuda/capture_check.hpp"
 #include "cuda/cuda_check.hpp"
 
 namespace helixmla::cuda {
 
 RunMemory::~RunMemory() {
-  if (owned_workspace_ != nullptr) cudaFree(owned_workspace_);
+  if (owned_workspace_ == nullptr) return;
+  RelaxedCaptureMode relaxed;
+  cudaFree(owned_workspace_);
 }
 
 void* RunMemory::workspace(void* given, std::size_t bytes) {

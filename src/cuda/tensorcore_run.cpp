@@ -241,6 +241,7 @@ std::unique_ptr<PreparedRun> prepare_tensorcore(const Problem& phase, const Tens
                                                 Workspace workspace, void* stream) {
   DeviceGuard guard(phase.location.device);
   refuse_capturing_stream(static_cast<cudaStream_t>(stream));
+  RelaxedCaptureMode relaxed;
   require_tensor_alignment(layer_tensors(phase), kTensorcoreAlignment, false);
   std::shared_ptr<const TensorcorePlan> plan =
       tensorcore_plan_for(phase, variant.rows, parallel_blocks(phase, variant));

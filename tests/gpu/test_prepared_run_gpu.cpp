@@ -4,15 +4,18 @@
 // statistics, two layers captured into one graph, each layer against the
 // float64 reference with its own KV scale, the prepared layer's outputs
 // left poisoned, misaligned layer tensors refused. And prepare itself
-// refused on a capturing stream (its metadata upload must not be captured),
-// and a run refreshed to the next step under its captured graph.
+// refused on a capturing stream (its metadata upload must not be captured)
+// but not beside one, and a run refreshed to the next step under its
+// captured graph.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cuda/generic_backend.hpp"
@@ -182,6 +185,84 @@ TEST(PreparedRunGpu, PrepareOnACapturingStreamIsRefused) {
     stream.synchronize();
     device.download_outputs();
     expect_matches_reference(host, backend + " after the refused capture");
+  }
+}
+
+// An engine with a thread per stream captures one stream's step while
+// another thread prepares, refreshes and drops runs on its own stream; one
+// thread may do the same beside its own capture. In
+// cudaStreamCaptureModeGlobal (CUDA's default) CUDA forbids every thread the
+// calls those make (cudaMalloc and cudaFree of a run's own workspace,
+// cudaMallocHost and cudaEventQuery of the staging pool): each fails and
+// invalidates the capture, unless the library relaxes its thread's mode for
+// them. The capture must stay valid throughout, and its graph and the run
+// beside it must match the reference.
+TEST(PreparedRunGpu, PreparingBesideAGlobalCaptureLeavesItValid) {
+  HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(1);
+  const auto runtimes = cuda_runtimes();
+  if (runtimes.empty()) GTEST_SKIP() << "no CUDA backend available";
+  for (const auto& runtime : runtimes) {
+    for (const bool other_thread : {false, true}) {
+      const std::string label =
+          runtime->options().forced_backend + (other_thread ? ", from another thread" : ", from the capturing thread");
+      SyntheticBatch captured(layer_spec(DType::bf16));
+      DeviceBatch captured_device(captured);
+      BatchSpec beside_spec = layer_spec(DType::fp8_e4m3);
+      beside_spec.seed = 12;
+      SyntheticBatch beside(beside_spec);
+      DeviceBatch beside_device(beside);
+      TestStream capturing, other;
+      auto run = runtime->prepare(captured_device.problem(), {}, capturing.get());
+      // A dropped run's staging goes back to the pool with its copy done, so
+      // the prepares below query its event before reusing it.
+      runtime->prepare(beside_device.problem(), {}, other.get()).reset();
+      captured_device.poison_outputs();
+      beside_device.poison_outputs();
+      check_cuda(cudaDeviceSynchronize(), "uploads and poison");
+
+      check_cuda(cudaStreamBeginCapture(capturing.get(), cudaStreamCaptureModeGlobal), "begin capture");
+      run->enqueue(capturing.get());
+      const auto expect_capturing = [&](const std::string& after) {
+        cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+        check_cuda(cudaStreamIsCapturing(capturing.get(), &status), "capture status");
+        EXPECT_EQ(status, cudaStreamCaptureStatusActive) << label << ": the capture ended or broke after " << after;
+      };
+      std::unique_ptr<PreparedRun> beside_run;
+      const auto work_beside = [&] {
+        try {
+          // Own workspaces: cudaMalloc in prepare, cudaFree when dropped.
+          runtime->prepare(beside_device.problem(), {}, other.get()).reset();
+          expect_capturing("a run prepared and dropped");
+          beside_run = runtime->prepare(beside_device.problem(), {}, other.get());
+          expect_capturing("a run prepared");
+          EXPECT_TRUE(runtime->plan_step(beside_device.problem()).refresh(*beside_run, other.get())) << label;
+          expect_capturing("a refresh");
+          beside_run->enqueue(other.get());
+        } catch (const std::exception& e) {
+          ADD_FAILURE() << label << ": " << e.what();
+        }
+      };
+      if (other_thread) {
+        std::thread(work_beside).join();
+      } else {
+        work_beside();
+      }
+      cudaGraph_t graph = nullptr;
+      const cudaError_t ended = cudaStreamEndCapture(capturing.get(), &graph);
+      cudaGetLastError();
+      ASSERT_EQ(ended, cudaSuccess) << label << ": " << cudaGetErrorString(ended);
+      cudaGraphExec_t exec = nullptr;
+      check_cuda(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+      cudaGraphDestroy(graph);
+      check_cuda(cudaGraphLaunch(exec, capturing.get()), "graph launch");
+      check_cuda(cudaDeviceSynchronize(), "graph and the run beside it");
+      cudaGraphExecDestroy(exec);
+      captured_device.download_outputs();
+      expect_matches_reference(captured, label + ": the captured run");
+      ASSERT_TRUE(beside_run) << label;
+      beside_device.download_outputs();
+      expect_matches_reference(beside, label + ": the run beside the capture");
+    }
   }
 }
 
