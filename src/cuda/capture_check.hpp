@@ -18,6 +18,8 @@
 
 #include <cuda_runtime.h>
 
+#include <string>
+
 #include "cuda/cuda_check.hpp"
 #include "helixmla/error.hpp"
 
@@ -31,6 +33,31 @@ inline void refuse_capturing_stream(cudaStream_t stream) {
                           "prepare and refresh upload metadata and cannot be captured into a CUDA graph: call "
                           "them before the capture and capture the run's enqueue");
   }
+}
+
+// A stream of another device than the run's: CUDA queues the metadata copy
+// on it but refuses the event that marks the copy's end, so the upload would
+// throw after its copy was queued, and the pool would hand out the staging
+// buffer again while that copy may still read it. cudaStreamGetDevice came
+// with CUDA 12.8; older runtimes leave the launch to report it.
+inline void refuse_stream_of_other_device(cudaStream_t stream, int device) {
+#if CUDART_VERSION >= 12080
+  int stream_device = device;
+  HELIXMLA_CUDA_CHECK(cudaStreamGetDevice(stream, &stream_device));
+  if (stream_device != device) {
+    throw InvalidArgument("stream", -1, "a stream of device " + std::to_string(stream_device),
+                          "the batch is on device " + std::to_string(device) +
+                              " (location.device): its runs prepare, refresh and launch on that device's streams");
+  }
+#else
+  (void)stream, (void)device;
+#endif
+}
+
+// The stream that prepare or refresh uploads a run's metadata on.
+inline void check_upload_stream(cudaStream_t stream, int device) {
+  refuse_capturing_stream(stream);
+  refuse_stream_of_other_device(stream, device);
 }
 
 // Puts the calling thread in cudaStreamCaptureModeRelaxed for a scope and

@@ -297,7 +297,7 @@ class GenericBackend final : public Backend {
     if (workspace.data != nullptr) require_alignment("workspace.data", workspace.data, 16, kAlignment.backend);
     const int device = phase.location.device;
     DeviceGuard guard(device);
-    refuse_capturing_stream(static_cast<cudaStream_t>(stream));
+    check_upload_stream(static_cast<cudaStream_t>(stream), device);
     RelaxedCaptureMode relaxed;
 
     GenericLaunch planned = launch_for(phase, plan_of(phase));

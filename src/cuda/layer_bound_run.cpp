@@ -52,7 +52,7 @@ PreparedRun::Refresh LayerBoundRun::plan_refresh(const Problem& next) {
   if (!upload) return {};
   return [this, next, upload = std::move(upload)](void* stream) {
     DeviceGuard guard(device_);
-    refuse_capturing_stream(static_cast<cudaStream_t>(stream));
+    check_upload_stream(static_cast<cudaStream_t>(stream), device_);
     RelaxedCaptureMode relaxed;
     upload(stream);
     prepared_ = layer_tensors(next);

@@ -37,8 +37,8 @@ class LayerBoundRun : public PreparedRun {
   void enqueue(const LayerTensors& layer, void* stream) final;
   // A `next` on the run's device with its softmax scale and aligned tensors,
   // whose metadata the backend can take (take_metadata); the step runs on
-  // the run's device, refuses a capturing stream, and makes `next`'s
-  // tensors the run's own.
+  // the run's device, refuses a capturing stream or one of another device,
+  // and makes `next`'s tensors the run's own.
   Refresh plan_refresh(const Problem& next) final;
 
  protected:
