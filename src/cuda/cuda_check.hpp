@@ -19,6 +19,3 @@ inline void check_cuda(cudaError_t status, const char* what, const char* file, i
 }  // namespace helixmla::cuda
 
 #define HELIXMLA_CUDA_CHECK(call) ::helixmla::cuda::check_cuda((call), #call, __FILE__, __LINE__)
-// After a launch: reports configuration errors without synchronising.
-#define HELIXMLA_CUDA_CHECK_LAUNCH() \
-  ::helixmla::cuda::check_cuda(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)

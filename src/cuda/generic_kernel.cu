@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cuda/cuda_check.hpp"
+#include "cuda/kernel_launch.hpp"
 #include "cuda/pair_codec.cuh"
 #include "helixmla/error.hpp"
 
@@ -337,9 +338,8 @@ void configure_generic_attention(DType q_dtype, DType kv_dtype) {
 void launch_generic_attention(const GenericKernelParams& params, cudaStream_t stream) {
   if (params.num_items <= 0) return;
   const KernelFunction kernel = kernel_for(params.q_dtype, params.kv_dtype);
-  kernel<<<static_cast<unsigned>(params.num_items), kThreads, generic_smem_bytes(params.kv_dtype, params.head_dim),
-           stream>>>(params);
-  HELIXMLA_CUDA_CHECK_LAUNCH();
+  launch_kernel(kernel, static_cast<unsigned>(params.num_items), kThreads,
+                generic_smem_bytes(params.kv_dtype, params.head_dim), stream, params);
 }
 
 }  // namespace helixmla::cuda

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "cuda/cuda_check.hpp"
+#include "cuda/kernel_launch.hpp"
 #include "cuda/head_owner.cuh"
 #include "dist/exchange.hpp"
 #include "helixmla/error.hpp"
@@ -66,13 +66,12 @@ void pack_send_device(const ExchangeShape& shape, const RankBuffers& b) {
   const bool vector_aligned = g.row_bytes % 16 == 0 && aligned(src) && aligned(send) && aligned(recv);
   constexpr int kThreads = 64;
   if (vector_aligned) {
-    pack_kernel<uint4><<<static_cast<unsigned>(rows), kThreads, 0, s>>>(
-        src, b.partial_stats, send, b.send_stats, recv, b.recv_stats, g);
+    cuda::launch_kernel(pack_kernel<uint4>, static_cast<unsigned>(rows), kThreads, 0, s, src, b.partial_stats, send,
+                        b.send_stats, recv, b.recv_stats, g);
   } else {
-    pack_kernel<std::uint8_t><<<static_cast<unsigned>(rows), kThreads, 0, s>>>(
-        src, b.partial_stats, send, b.send_stats, recv, b.recv_stats, g);
+    cuda::launch_kernel(pack_kernel<std::uint8_t>, static_cast<unsigned>(rows), kThreads, 0, s, src,
+                        b.partial_stats, send, b.send_stats, recv, b.recv_stats, g);
   }
-  HELIXMLA_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace helixmla::dist

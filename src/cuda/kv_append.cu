@@ -4,7 +4,7 @@
 // outside the pool is skipped, never written past it.
 #include <string>
 
-#include "cuda/cuda_check.hpp"
+#include "cuda/kernel_launch.hpp"
 #include "cuda/helix_dtype.cuh"
 #include "helixmla/error.hpp"
 #include "helixmla/helix.hpp"
@@ -31,10 +31,9 @@ void launch(const KvAppendArgs& a, cudaStream_t stream) {
   using InStorage = typename cuda::DeviceElement<In>::Storage;
   using CacheStorage = typename cuda::DeviceElement<Cache>::Storage;
   constexpr int kThreads = 128;
-  kv_append_kernel<In, Cache><<<static_cast<unsigned>(a.tokens), kThreads, 0, stream>>>(
-      static_cast<const InStorage*>(a.new_rows), static_cast<CacheStorage*>(a.pool),
-      a.destinations, static_cast<long long>(a.num_pages) * a.page_size, a.row_width, a.kv_scale);
-  HELIXMLA_CUDA_CHECK_LAUNCH();
+  cuda::launch_kernel(kv_append_kernel<In, Cache>, static_cast<unsigned>(a.tokens), kThreads, 0, stream,
+                      static_cast<const InStorage*>(a.new_rows), static_cast<CacheStorage*>(a.pool), a.destinations,
+                      static_cast<long long>(a.num_pages) * a.page_size, a.row_width, a.kv_scale);
 }
 
 template <DType In>

@@ -7,6 +7,7 @@
 #include "core/partial_stats.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/dependent_launch.cuh"
+#include "cuda/kernel_launch.hpp"
 #include "cuda/pair_codec.cuh"
 #include "helixmla/error.hpp"
 
@@ -275,13 +276,13 @@ void launch_for(const SplitCombineArgs& args, cudaStream_t stream) {
         args.kv_lora_rank % 4 == 0
             ? static_cast<unsigned>((args.kv_lora_rank + kColumnsPerBlock - 1) / kColumnsPerBlock)
             : 1u;
-    split_combine_wide_kernel<Out>
-        <<<dim3(static_cast<unsigned>(args.wide_rows), column_blocks), 32 * kWideLanes, 0, stream>>>(args);
+    launch_kernel(split_combine_wide_kernel<Out>, dim3(static_cast<unsigned>(args.wide_rows), column_blocks),
+                  32 * kWideLanes, 0, stream, args);
   }
   if (args.total_rows > args.wide_rows) {
     const auto blocks =
         static_cast<unsigned>((args.total_rows - args.wide_rows + kRowsPerBlock - 1) / kRowsPerBlock);
-    split_combine_rows_kernel<Out><<<blocks, 32 * kRowsPerBlock, 0, stream>>>(args);
+    launch_kernel(split_combine_rows_kernel<Out>, blocks, 32 * kRowsPerBlock, 0, stream, args);
   }
 }
 
@@ -324,7 +325,6 @@ void launch_split_combine(const SplitCombineArgs& args, cudaStream_t stream) {
       throw InvalidArgument("out_dtype", -1, std::string(to_string(args.out_dtype)),
                             "split combine writes bf16 or fp16");
   }
-  HELIXMLA_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace helixmla::cuda

@@ -11,6 +11,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -185,6 +186,37 @@ TEST(PreparedRunGpu, PrepareOnACapturingStreamIsRefused) {
     stream.synchronize();
     device.download_outputs();
     expect_matches_reference(host, backend + " after the refused capture");
+  }
+}
+
+// An engine that handled a failed allocation without reading the error back
+// leaves it as the thread's last error. Enqueue must neither blame its own
+// launches for it (cudaGetLastError after a <<<>>> launch did, throwing with
+// the attention queued and the split combine not) nor clear it.
+TEST(PreparedRunGpu, EnqueueLeavesTheCallersUnreadErrorAlone) {
+  HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(1);
+  const auto runtimes = cuda_runtimes();
+  if (runtimes.empty()) GTEST_SKIP() << "no CUDA backend available";
+  for (const auto& runtime : runtimes) {
+    const std::string backend = runtime->options().forced_backend;
+    SyntheticBatch host(layer_spec(DType::bf16));
+    DeviceBatch device(host);
+    TestStream stream;
+    DeviceBuffer workspace(runtime->workspace_bytes(device.problem()));
+    auto run = runtime->prepare(device.problem(), {workspace.data(), workspace.bytes()}, stream.get());
+    stream.synchronize();
+    device.poison_outputs();
+    void* too_big = nullptr;
+    ASSERT_EQ(cudaMalloc(&too_big, std::size_t{1} << 60), cudaErrorMemoryAllocation) << backend;
+    try {
+      run->enqueue(stream.get());
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << backend << ": enqueue blamed itself for the caller's error: " << e.what();
+    }
+    EXPECT_EQ(cudaGetLastError(), cudaErrorMemoryAllocation) << backend << ": the caller's error was cleared";
+    stream.synchronize();
+    device.download_outputs();
+    expect_matches_reference(host, backend + " beside an unread error");
   }
 }
 
