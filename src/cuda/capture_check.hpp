@@ -13,7 +13,8 @@
 // cudaFree, cudaMallocHost, cudaEventQuery, module loads); each fails and
 // invalidates that capture. Prepare, refresh and a run's release make such
 // calls, for work that belongs to no graph (their streams are not
-// capturing), so they run in relaxed mode.
+// capturing), so they run in relaxed mode, their device switches included
+// (making a device current may create its context, one more such call).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -51,9 +51,9 @@ PreparedRun::Refresh LayerBoundRun::plan_refresh(const Problem& next) {
   Refresh upload = take_metadata(next);
   if (!upload) return {};
   return [this, next, upload = std::move(upload)](void* stream) {
+    RelaxedCaptureMode relaxed;
     DeviceGuard guard(device_);
     check_upload_stream(static_cast<cudaStream_t>(stream), device_);
-    RelaxedCaptureMode relaxed;
     upload(stream);
     prepared_ = layer_tensors(next);
   };
