@@ -1,6 +1,7 @@
 #include "cuda/pinned_staging.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -40,12 +41,25 @@ class StagingPool {
         if (cudaPeekAtLastError() == cudaErrorNotReady) cudaGetLastError();
       }
     }
+    // Whole powers of two: metadata that grows a little at a time (a page
+    // table widening with its longest request) would otherwise outgrow
+    // every pooled buffer at each step and leave one more behind, for good.
     PooledBuffer fresh;
     fresh.device = device;
-    fresh.capacity = std::max<std::size_t>(bytes, 4096);
+    fresh.capacity = std::bit_ceil(std::max<std::size_t>(bytes, 4096));
     HELIXMLA_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&fresh.data), fresh.capacity));
-    HELIXMLA_CUDA_CHECK(cudaEventCreateWithFlags(&fresh.copied, cudaEventDisableTiming));
+    if (const cudaError_t made = cudaEventCreateWithFlags(&fresh.copied, cudaEventDisableTiming); made != cudaSuccess) {
+      cudaFreeHost(fresh.data);
+      HELIXMLA_CUDA_CHECK(made);
+    }
+    std::lock_guard lock(mutex_);
+    held_bytes_ += fresh.capacity;
     return fresh;
+  }
+
+  std::size_t held_bytes() {
+    std::lock_guard lock(mutex_);
+    return held_bytes_;
   }
 
   void give_back(PooledBuffer buffer) {
@@ -56,6 +70,7 @@ class StagingPool {
  private:
   std::mutex mutex_;
   std::vector<PooledBuffer> free_;
+  std::size_t held_bytes_ = 0;  // every buffer made, free or leased
 };
 
 StagingPool& pool() {
@@ -64,6 +79,8 @@ StagingPool& pool() {
 }
 
 }  // namespace
+
+std::size_t pinned_staging_bytes() { return pool().held_bytes(); }
 
 PinnedStaging::PinnedStaging(std::size_t bytes) {
   const PooledBuffer b = pool().take(bytes);

@@ -36,4 +36,7 @@ class PinnedStaging {
   cudaEvent_t copied_ = nullptr;
 };
 
+// Pinned bytes the pool has made so far (it keeps them for the process).
+std::size_t pinned_staging_bytes();
+
 }  // namespace helixmla::cuda
