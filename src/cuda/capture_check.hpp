@@ -1,9 +1,8 @@
 // Preparing a run uploads its metadata from pinned staging that a pool
 // recycles once an event says the copy has run. Captured into a CUDA graph,
 // the copy runs only at replay and the event is a captured one: the pool
-// could never recycle the buffer, querying the event leaves an error that a
-// later launch check reports as its own, and in global capture mode a fresh
-// pinned allocation invalidates the capture. So prepare refuses a capturing
+// could never recycle the buffer (querying a captured event fails), and in
+// global capture mode a fresh pinned allocation invalidates the capture. So prepare refuses a capturing
 // stream with a clear error, as a refresh's upload does; a graph captures
 // enqueue.
 //
