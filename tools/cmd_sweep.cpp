@@ -208,22 +208,26 @@ void add_sweep_command(CLI::App& app) {
                   "Sweep a profile's described backends (a name such as trtllm, or a .json path); its scope sets "
                   "the default architectures and phases")
       ->check(non_empty());
-  add_name_list(
+  CLI::Option* arch = add_name_list(
       *cmd, "--arch", flags->archs,
       [](const std::string& value) { return parse_arch(value) ? std::string() : "unknown architecture"; },
       [](const std::string& value) { return std::string(to_string(*parse_arch(value))); },
-      "Architectures to sweep, comma-separated; default: all (or the profile's)");
+      "Architectures to sweep, comma-separated; default: all (or the profile's); not with --execute, which runs "
+      "this GPU's");
   CLI::Option* out =
       cmd->add_option("--out", flags->out, "Directory for one SVG per architecture (not with --execute, which draws none)")
           ->capture_default_str();
   cmd->add_flag("--json", flags->json, "Print the result as JSON (every unroutable shape included)");
-  cmd->add_flag("--list-all", flags->list_all,
-                "List every shape no backend can run, not only the first " + std::to_string(kIssuesListed));
+  CLI::Option* list_all =
+      cmd->add_flag("--list-all", flags->list_all,
+                    "List every shape no backend can run, not only the first " + std::to_string(kIssuesListed) +
+                        "; not with --execute, which lists every combination it runs");
   CLI::Option* execute = cmd->add_flag(
       "--execute", flags->execute,
       "On this GPU, run one cell of every combination the CUDA backends claim (backend, kernel, page-size class, KV "
       "dtype, q_len class, phase, Helix) and compare it with the float64 reference");
-  execute->excludes(out);
+  // What --execute would ignore is refused with it, not dropped.
+  execute->excludes(out)->excludes(arch)->excludes(list_all);
   cmd->add_option("--max-seconds", flags->max_seconds, "Time budget of --execute: every (backend, kernel, page class, dtypes, q_len class) once first, then "
                   "the Helix and mixed forms; precompiled kernels before JIT-compiled ones in each, which compile on other "
                   "threads meanwhile")
@@ -233,7 +237,7 @@ void add_sweep_command(CLI::App& app) {
         const double seconds = std::strtod(value.c_str(), &end);
         return end != value.c_str() && *end == '\0' && seconds > 0.0 && seconds <= 86400.0
                    ? std::string()
-                   : "must be a number of seconds above 0 and at most 86400";
+                   : "'" + value + "' is not a number of seconds above 0 and at most 86400";
       })
       ->needs(execute);
   cmd->callback([flags] { run_sweep(*flags); });

@@ -129,12 +129,16 @@ TEST_F(Cli, SweepAndTuneCheckTheirFlagsBeforeWorking) {
   EXPECT_TRUE(has(o.both(), "--out: '/proc': no file can be created in it")) << o.both();
   EXPECT_FALSE(has(o.both(), "sweep:")) << "rejected before sweeping: " << o.both();
 
-  for (const char* bad : {"--max-seconds 0", "--max-seconds nan", "--max-seconds -3"}) {
-    expect_refused(std::string("sweep --execute ") + bad, "--max-seconds");
+  for (const char* bad : {"0", "nan", "-3"}) {
+    expect_refused(std::string("sweep --execute --max-seconds ") + bad,
+                   std::string("--max-seconds: '") + bad + "' is not a number of seconds");
   }
-  // A budget without --execute would change nothing.
+  // A budget without --execute would change nothing; --execute draws no
+  // pictures, runs this GPU's architecture and lists every combination.
   expect_refused("sweep --arch none --max-seconds 5", "--max-seconds requires --execute");
   expect_refused("sweep --execute --out /tmp/pictures", "--out excludes --execute");
+  expect_refused("sweep --execute --arch sm80", "--arch excludes --execute");
+  expect_refused("sweep --execute --list-all", "--list-all excludes --execute");
   for (const char* bad : {"--heads 0,1000", "--batches -1", "--page-sizes 0", "--q-lens 0"}) {
     expect_refused(std::string("tune ") + bad, std::string(bad).substr(0, std::string(bad).find(' ')));
   }
