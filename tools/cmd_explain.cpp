@@ -201,10 +201,14 @@ void add_explain_command(CLI::App& app) {
       ->check(non_empty());
   cmd->add_flag("--json", flags->json,
                 "Print JSON: phase, shape, choice, rule, kernel, fails_at_run, error, outside_scope, candidates[] (backend, "
-                "available, capable, reason, kernel, measured_us); the top level is the generation phase and "
-                "\"phases\" lists every phase");
+                "available, capable, reason, kernel, fails_at_run, measured_us); the top level is the generation phase "
+                "(else the context phase), with arch, backends and \"phases\", which lists every phase");
   cmd->callback([flags, cmd] {
-    refuse_kv_len_without_generations(*cmd, flags->problem);
+    refuse_lengths_without_requests(*cmd, flags->problem);
+    if (flags->cp > 1 && flags->problem.stats) {
+      throw CLI::ValidationError("--stats", "a Helix rank (--cp > 1) always produces the float32 statistics its "
+                                            "combine needs; --stats would change nothing");
+    }
     explain(*flags);
   });
 }

@@ -262,7 +262,7 @@ void add_run_command(CLI::App& app) {
     }
     // A flag that would change nothing is refused rather than dropped: the
     // user asked for something this run would not do.
-    refuse_kv_len_without_generations(*cmd, flags->problem);
+    refuse_lengths_without_requests(*cmd, flags->problem);
     if (!helix) {
       for (const char* name : {"--exchange", "--no-graphs", "--no-baseline"}) {
         if (cmd->count(name) > 0) throw CLI::ValidationError(name, "applies to Helix runs only (--cp > 1 or --devices)");

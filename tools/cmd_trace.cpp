@@ -205,11 +205,12 @@ void add_trace_command(CLI::App& app) {
       ->capture_default_str()->transform(integer_in(1, 1 << 20));
   cmd->add_option("--iterations", flags->iterations, "Queued calls timed per checked step")
       ->capture_default_str()->transform(integer_in(1, 10000));
-  cmd->callback([flags] {
+  cmd->callback([flags, cmd] {
     if (flags->problem.contexts > 0) {
       throw CLI::ValidationError("--contexts", "trace runs decode steps: generations only");
     }
     if (flags->problem.batch < 1) throw CLI::ValidationError("--batch", "trace needs at least one generation");
+    refuse_lengths_without_requests(*cmd, flags->problem);
     require_known_backend(flags->problem.backend, builtin_backends(), "this build");
     if (flags->problem.backend == "cpu") {
       throw CLI::ValidationError("--backend", "trace times runs on the GPU; cpu is not a GPU backend");

@@ -117,9 +117,14 @@ std::string unused_lengths_complaint(std::size_t lengths, std::int32_t batch, co
                      batch_name, batch);
 }
 
-void refuse_kv_len_without_generations(const CLI::App& command, const ProblemFlags& flags) {
+void refuse_lengths_without_requests(const CLI::App& command, const ProblemFlags& flags) {
   if (flags.batch == 0 && command.count("--kv-len") > 0) {
     throw CLI::ValidationError("--kv-len", "sets the generations' lengths, and --batch 0 has none");
+  }
+  if (flags.contexts == 0 && command.count("--context-len") > 0) {
+    throw CLI::ValidationError("--context-len", fmt::format("{} sets the context requests' length, and --contexts 0 "
+                                                            "has none",
+                                                            flags.context_len));
   }
 }
 

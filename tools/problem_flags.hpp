@@ -1,5 +1,5 @@
-// The flags that describe a synthetic batch, shared by `run`, `explain`,
-// `sweep` and `bench`.
+// The flags that describe a synthetic batch, shared by `run`, `explain` and
+// `trace`.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -47,8 +47,8 @@ std::string host_footprint_complaint(const testing::BatchSpec& spec, int layers 
 // is some request's; else why not, naming the batch as `batch_name` does.
 std::string unused_lengths_complaint(std::size_t lengths, std::int32_t batch, const std::string& batch_name);
 // Throws CLI::ValidationError when `command` was given --kv-len for a batch
-// with no generation to take it.
-void refuse_kv_len_without_generations(const CLI::App& command, const ProblemFlags& flags);
+// with no generation to take it, or --context-len for one with no context.
+void refuse_lengths_without_requests(const CLI::App& command, const ProblemFlags& flags);
 // Throws CLI::ValidationError naming the flag when a value is out of range.
 testing::BatchSpec to_batch_spec(const ProblemFlags& flags, bool allocate_tensors = true);
 // The phase shapes of the batch the flags describe, as the selector would see
