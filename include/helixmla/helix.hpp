@@ -101,7 +101,7 @@ struct KvAppendArgs {
   std::int32_t row_width = 576;  // kv_lora_rank + rope_dim
   DType kv_dtype = DType::bf16;
   float kv_scale = 1.0f;         // stored = value / kv_scale (saturating for fp8)
-  const void* new_rows = nullptr;  // [tokens, row_width] of new_dtype (bf16 or fp16)
+  const void* new_rows = nullptr;  // [tokens, row_width] of new_dtype (bf16, fp16 or fp32)
   DType new_dtype = DType::bf16;
   std::int64_t tokens = 0;
   const std::int64_t* destinations = nullptr;  // [tokens] from helix_kv_append_rows
