@@ -184,6 +184,10 @@ void add_trace_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "trace", "Decode steps through one prepared run, refreshed each step as under a captured CUDA graph (GPU)");
   add_problem_flags(*cmd, flags->problem);
+  // trace draws every request's length from a range instead of cycling a list.
+  cmd->get_option("--kv-len")
+      ->description("Cached tokens per generation, new tokens included: each request's first length, and each "
+                    "replacement's, is drawn between the smallest and largest of these values");
   cmd->add_option("--steps", flags->steps, "Decode steps")->capture_default_str()->transform(integer_in(1, 1 << 20));
   cmd->add_option("--lifetime", flags->lifetime,
                   "Mean steps before a request is replaced by one of a random length (0: never); lengths are "
