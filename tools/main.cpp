@@ -7,6 +7,7 @@
 #include <iostream>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "commands.hpp"
 #include "flag_suggestion.hpp"
@@ -37,19 +38,31 @@ int main(int argc, char** argv) {
   helixmla::tools::add_bench_command(app);
   helixmla::tools::add_tune_command(app);
   helixmla::tools::add_trace_command(app);
-  // CLI11 answers a misspelt command with "A subcommand is required".
-  if (argc > 1 && argv[1][0] != '-') {
-    std::string known;
-    bool found = false;
-    for (const CLI::App* command : app.get_subcommands([](CLI::App*) { return true; })) {
-      found |= command->get_name() == argv[1];
-      known += (known.empty() ? "" : ", ") + command->get_name();
-    }
-    if (!found) {
-      std::cerr << "helixmla: unknown command '" << argv[1] << "'; the commands are " << known
+  // CLI11 answers a misspelt command, and an unknown flag given with no
+  // command, with "A subcommand is required": both are named here.
+  const std::vector<CLI::App*> commands = app.get_subcommands([](CLI::App*) { return true; });
+  const auto is_command = [&commands](const std::string& arg) {
+    return std::any_of(commands.begin(), commands.end(), [&](const CLI::App* c) { return c->get_name() == arg; });
+  };
+  for (int i = 1; i < argc && !is_command(argv[i]); ++i) {
+    const std::string arg = argv[i];
+    if (arg.empty() || arg[0] != '-') {
+      std::string known;
+      for (const CLI::App* command : commands) known += (known.empty() ? "" : ", ") + command->get_name();
+      std::cerr << "helixmla: unknown command '" << arg << "'; the commands are " << known
                 << "\nRun 'helixmla --help'.\n";
       return 2;
     }
+    const std::string flag = arg.substr(0, arg.find('='));
+    if (app.get_option_no_throw(flag) != nullptr) continue;
+    std::string owners;
+    for (const CLI::App* command : commands) {
+      if (command->get_option_no_throw(flag) != nullptr) owners += (owners.empty() ? "" : ", ") + command->get_name();
+    }
+    std::cerr << "helixmla: " << flag << " is not an option of the program"
+              << (owners.empty() ? "" : "; it is an option of " + owners + ": give it after the command's name") << "\n"
+              << kHelpHint;
+    return 2;
   }
   try {
     app.parse(argc, argv);

@@ -93,6 +93,18 @@ TEST_F(Cli, AnUnknownCommandIsNamed) {
   expect_refused("rnu --heads 16", "unknown command 'rnu'; the commands are run, explain");
 }
 
+// A flag before any command is named, and a command's flag given before its
+// name says where it goes, instead of "A subcommand is required".
+TEST_F(Cli, AFlagBeforeTheCommandIsNamed) {
+  expect_refused("--bogus", "--bogus is not an option of the program");
+  expect_refused("--heads 16", "--heads is not an option of the program; it is an option of run, explain, tune, "
+                               "trace: give it after the command's name");
+  expect_refused("--max-seconds=5 sweep --execute", "--max-seconds is not an option of the program; it is an "
+                                                    "option of sweep");
+  const CliOutcome o = helixmla("--version");
+  EXPECT_EQ(o.code, 0) << o.both();
+}
+
 // Input files are read up to a bound (a device or pipe has no size), and a
 // number past int64 in a profile is out of range, not wrapped to -1.
 TEST_F(Cli, InputFilesAreReadWithinBounds) {
