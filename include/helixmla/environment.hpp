@@ -34,7 +34,8 @@ struct Environment {
     return built_backends.count(std::string(backend)) != 0;
   }
   // The machine this process runs on (device 0 unless HELIXMLA_DEVICE says
-  // otherwise; InvalidArgument when it names no device of this machine).
+  // otherwise; InvalidArgument when it names no device of this machine, or,
+  // on a machine without a GPU, where it is unused, when it is not an index).
   static Environment detect();
 };
 
