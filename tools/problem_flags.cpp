@@ -121,6 +121,10 @@ void refuse_lengths_without_requests(const CLI::App& command, const ProblemFlags
   if (flags.batch == 0 && command.count("--kv-len") > 0) {
     throw CLI::ValidationError("--kv-len", "sets the generations' lengths, and --batch 0 has none");
   }
+  if (flags.batch == 0 && command.count("--q-len") > 0) {
+    throw CLI::ValidationError("--q-len", fmt::format("{} sets the generations' query tokens, and --batch 0 has none",
+                                                      flags.q_len));
+  }
   if (flags.contexts == 0 && command.count("--context-len") > 0) {
     throw CLI::ValidationError("--context-len", fmt::format("{} sets the context requests' length, and --contexts 0 "
                                                             "has none",

@@ -46,8 +46,9 @@ std::string host_footprint_complaint(const testing::BatchSpec& spec, int layers 
 // Empty when every one of `lengths` KV lengths, cycled over `batch` requests,
 // is some request's; else why not, naming the batch as `batch_name` does.
 std::string unused_lengths_complaint(std::size_t lengths, std::int32_t batch, const std::string& batch_name);
-// Throws CLI::ValidationError when `command` was given --kv-len for a batch
-// with no generation to take it, or --context-len for one with no context.
+// Throws CLI::ValidationError when `command` was given --kv-len or --q-len
+// for a batch with no generation to take it, or --context-len for one with
+// no context.
 void refuse_lengths_without_requests(const CLI::App& command, const ProblemFlags& flags);
 // Throws CLI::ValidationError naming the flag when a value is out of range.
 testing::BatchSpec to_batch_spec(const ProblemFlags& flags, bool allocate_tensors = true);

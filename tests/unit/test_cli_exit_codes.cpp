@@ -283,15 +283,18 @@ TEST_F(Cli, RunRefusesFlagsItWouldIgnore) {
   expect_refused("run --backend cpu --heads 8 --kv-len 100 --batch 0 --contexts 1", "--kv-len: sets the generations");
   expect_refused("run --backend cpu --heads 8 --kv-len 64 --batch 1 --context-len 100",
                  "--context-len: 100 sets the context requests' length, and --contexts 0 has none");
+  expect_refused("run --backend cpu --heads 8 --batch 0 --contexts 1 --q-len 4",
+                 "--q-len: 4 sets the generations' query tokens, and --batch 0 has none");
   const CliOutcome o = helixmla("run --backend cpu --cp 2 --no-graphs --heads 8 --kv-len 64 --batch 1 --repeat 1");
   EXPECT_EQ(o.code, 0) << o.both();
 }
 
 // The commands that share run's batch flags refuse the same dropped flags:
-// a context length without contexts, and (explain) --stats that Helix turns
-// on anyway.
+// a context length without contexts, a q_len without generations, and
+// (explain) --stats that Helix turns on anyway.
 TEST_F(Cli, ExplainAndTraceRefuseFlagsTheyWouldIgnore) {
   expect_refused("explain --heads 8 --kv-len 64 --batch 1 --context-len 100", "--context-len: 100");
+  expect_refused("explain --heads 8 --batch 0 --contexts 1 --q-len 4", "--q-len: 4");
   expect_refused("explain --heads 8 --kv-len 64 --batch 1 --cp 2 --stats", "--stats: a Helix rank (--cp > 1)");
   expect_refused("trace --context-len 100", "--context-len: 100");
   const CliOutcome o = helixmla("explain --heads 8 --kv-len 64 --batch 1 --contexts 1 --context-len 100 --stats");
