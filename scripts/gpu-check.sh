@@ -101,7 +101,8 @@ if step helix; then
   helix_run cp8-inproc --cp 8 --heads 128 --batch 4 --kv-len 4096 --devices 0
   if [ "$gpus" -ge 2 ]; then
     helix_run kimi-cp2-verify --cp 2 --devices 0,1 --heads 48 --page-size 64 --batch 4 --kv-len 4096 --q-len 4 --kv-dtype fp8
-    # The scaling runs of issue 6: cp = 2, and 4 and 8 where the machine has them.
+    # The scaling runs of issue 6: cp = 2, and 4 and 8 where the machine has
+    # them, over each exchange of HELIXMLA_HELIX_EXCHANGES (default "peer nccl").
     for cp in 2 4 8; do
       [ "$gpus" -ge "$cp" ] || continue
       devices=$(seq -s, 0 $((cp - 1)))
