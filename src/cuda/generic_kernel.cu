@@ -269,7 +269,7 @@ __global__ void __launch_bounds__(kThreads, 2) generic_attention_kernel(const Ge
   for (int r = 0; r < kRowsPerWarp; ++r) {
     const float row_l = __shfl_sync(kFullMask, l, r * kTokensPerPass);
     if (r >= warp_rows) continue;
-    const float scale = row_l > 0.0f ? p.value_scale / row_l : 0.0f;
+    const float scale = row_l != 0.0f ? p.value_scale / row_l : 0.0f;
     const std::int64_t row = first_row + r;
     if (direct) {
       Q* out = static_cast<Q*>(p.out) + (item.out_row + row) * p.kv_lora_rank;
@@ -289,7 +289,9 @@ __global__ void __launch_bounds__(kThreads, 2) generic_attention_kernel(const Ge
     }
   }
   if (my_token == 0 && my_row < warp_rows) {
-    const bool seen = l > 0.0f;
+    // Not l > 0: a NaN l (NaN in the row's scores) must stay NaN in o and
+    // the stats, not pass for an empty row (core/partial_stats.hpp).
+    const bool seen = l != 0.0f;
     const float m_out = seen ? m * kLn2 : -INFINITY;
     const float l_out = seen ? l : 0.0f;
     const std::int64_t row = first_row + my_row;

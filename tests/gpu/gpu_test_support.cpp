@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cmath>
 #include <exception>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -33,6 +34,31 @@ std::int64_t rows_read_past(const SyntheticBatch& batch, std::int64_t offset) {
     }
   }
   return rows;
+}
+
+void put_nan_in_kv(SyntheticBatch& host, std::int32_t position) {
+  store_from_float(host.pool_.data(), host.spec().kv_dtype, host.pool_row(0, position) + 3,
+                   std::numeric_limits<float>::quiet_NaN());
+}
+
+void poison_outputs_finite(const Problem& device_problem, const SyntheticBatch& host) {
+  check_cuda(cudaMemset(device_problem.out, 0x3c, host.out_bytes()), "poison out");
+  if (device_problem.stats.present()) {
+    check_cuda(cudaMemset(device_problem.stats.data, 0x3c, host.stats_.size() * sizeof(float)), "poison stats");
+  }
+  check_cuda(cudaDeviceSynchronize(), "poison");
+}
+
+void expect_first_request_nan(const SyntheticBatch& host, const std::string& label) {
+  const DType out = host.spec().q_dtype;
+  const std::int64_t rows = std::int64_t{host.spec().heads} * host.q_len_[0];
+  const std::int64_t values = rows * host.spec().dims.kv_lora_rank;
+  std::int64_t finite = 0;
+  for (std::int64_t i = 0; i < values; ++i) finite += std::isfinite(load_as_float(host.out_.data(), out, i)) ? 1 : 0;
+  EXPECT_EQ(finite, 0) << label << ": " << finite << " of request 0's " << values << " outputs finite";
+  std::int64_t finite_l = 0;
+  for (std::int64_t row = 0; row < rows; ++row) finite_l += std::isnan(host.stats_[2 * row + 1]) ? 0 : 1;
+  EXPECT_EQ(finite_l, 0) << label << ": " << finite_l << " of request 0's rows with an l that is not NaN";
 }
 
 void check_cuda(cudaError_t status, const char* what) {

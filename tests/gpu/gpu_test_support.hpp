@@ -69,4 +69,16 @@ void grow_pool_past(BatchSpec& spec, std::int64_t bytes);
 // `offset` bytes into the pool.
 std::int64_t rows_read_past(const SyntheticBatch& batch, std::int64_t offset);
 
+// NaN input: a NaN code in value 3 (a key and a value element) of request
+// 0's KV row at `position`. The unsplit softmax then gives NaN in every
+// output of the request and in every row's l.
+void put_nan_in_kv(SyntheticBatch& host, std::int32_t position);
+// Fills a run's outputs and stats with 0x3c bytes (finite in every dtype), so
+// that an output left unwritten cannot pass for the NaN a test expects.
+void poison_outputs_finite(const Problem& device_problem, const SyntheticBatch& host);
+// Expects every output value and l of request 0's rows (its heads x q_len
+// rows come first) in the downloaded `host` to be NaN, as put_nan_in_kv must
+// make them.
+void expect_first_request_nan(const SyntheticBatch& host, const std::string& label);
+
 }  // namespace helixmla::testing

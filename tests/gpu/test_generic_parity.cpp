@@ -201,6 +201,27 @@ TEST(GenericSplitKv, OneLongRequestIsSplitAndCombined) {
   expect_parity(host, "split H16 q1", 1);
 }
 
+// One NaN code in the KV of a request: NaN in every output and l, whether
+// the plan splits it or not (the kernel stored a NaN l as an empty row's 0,
+// and the combine dropped such a split from a finite answer).
+TEST(GenericSplitKv, NanInTheKvReachesEveryOutputSplitOrNot) {
+  HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(1);
+  for (const auto& [kv_len, kv] : {std::pair{20000, DType::bf16}, std::pair{20000, DType::fp8_e4m3},
+                                   std::pair{300, DType::bf16}}) {
+    SyntheticBatch host(generic_spec(16, 64, 2, {kv_len}, kv));
+    const bool split = !cuda::plan_generic_work(host.problem(), cuda::device_sm_count(0)).segments.empty();
+    if (kv_len == 20000) EXPECT_TRUE(split) << "kv_len " << kv_len << " was not split";
+    put_nan_in_kv(host, kv_len / 3);
+    DeviceBatch device(host);
+    poison_outputs_finite(device.problem(), host);
+    TestStream stream;
+    run_backend_phases(*cuda::make_generic_backend(), device.problem(), stream.get());
+    device.download_outputs();
+    expect_first_request_nan(host, "kv_len " + std::to_string(kv_len) + " " + std::string(to_string(kv)) +
+                                       (split ? " split" : " unsplit"));
+  }
+}
+
 TEST(GenericLongRequest, ManyHeadsFp8PageOfThree) {
   HELIXMLA_SKIP_WITHOUT_CUDA_DEVICES(1);
   SyntheticBatch host = long_request(128, 2, 3, DType::fp8_e4m3);

@@ -11,7 +11,6 @@
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
-#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
@@ -711,24 +710,33 @@ TEST(TensorcoreSplitKv, NanInTheKvOfOneSplitReachesEveryOutput) {
     spec.generations = 1;
     spec.kv_len = {20000};
     SyntheticBatch host(spec);
-    store_from_float(host.pool_.data(), kv, host.pool_row(0, 12345) + 3, std::numeric_limits<float>::quiet_NaN());
+    put_nan_in_kv(host, 12345);
     DeviceBatch device(host);
-    const Problem problem = device.problem();
-    // Finite poison (0x3c bytes), so an output left unwritten cannot pass
-    // for the NaN the test expects.
-    check_cuda(cudaMemset(problem.out, 0x3c, host.out_bytes()), "poison out");
-    check_cuda(cudaMemset(problem.stats.data, 0x3c, host.stats_.size() * sizeof(float)), "poison stats");
+    poison_outputs_finite(device.problem(), host);
     TestStream stream;
-    const RunInfo info = run_tensorcore(problem, stream.get());
+    const RunInfo info = run_tensorcore(device.problem(), stream.get());
     EXPECT_TRUE(info.any_split) << label_of(spec) << ": the plan did not split";
     device.download_outputs();
-    const std::int64_t values = static_cast<std::int64_t>(host.out_bytes() / 2);
-    std::int64_t finite = 0;
-    for (std::int64_t i = 0; i < values; ++i) finite += std::isfinite(load_as_float(host.out_.data(), spec.q_dtype, i));
-    EXPECT_EQ(finite, 0) << label_of(spec) << ": " << finite << " of " << values << " outputs finite";
-    for (std::int32_t h = 0; h < heads; ++h) {
-      EXPECT_TRUE(std::isnan(host.stats_[2 * h + 1])) << label_of(spec) << " head " << h << ": l " << host.stats_[2 * h + 1];
-    }
+    expect_first_request_nan(host, label_of(spec));
+  }
+}
+
+// The same NaN in a request of 16 rows on the seesaw engine, one of 16
+// requests (its batch threshold), each split; and unsplit, 128 requests.
+TEST(TensorcoreSplitKv, NanInTheKvReachesEveryOutputOnTheSeesawEngine) {
+  SKIP_WITHOUT_TENSORCORE();
+  for (const std::int32_t generations : {16, 128}) {
+    BatchSpec spec = decode_spec(64, 1, 64, DType::bf16);
+    spec.generations = generations;
+    spec.kv_len = {generations == 16 ? 20000 : 600};
+    SyntheticBatch host(spec);
+    put_nan_in_kv(host, 333);
+    DeviceBatch device(host);
+    poison_outputs_finite(device.problem(), host);
+    TestStream stream;
+    run_tensorcore(device.problem(), stream.get());
+    device.download_outputs();
+    expect_first_request_nan(host, label_of(spec));
   }
 }
 

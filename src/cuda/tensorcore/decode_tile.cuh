@@ -1031,7 +1031,7 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
   const bool direct = w.split < 0;
   auto out_pair = [&](int r, int col, float x, float y) {
     const float l = l_s[r];
-    const float inv = l > 0.0f ? p.out_scale / l : 0.0f;
+    const float inv = saw_keys(l) ? p.out_scale / l : 0.0f;
     if (direct) {
       u32* out = reinterpret_cast<u32*>(static_cast<u16*>(p.out) + (row0 + r) * kLatent);
       out[col / 2] = pack2<ELEM>(x * inv, y * inv);
@@ -1084,8 +1084,8 @@ __device__ __forceinline__ void decode_tile(const Params& p) {
     // o was normalised against the reference maximum; the stats take the
     // true one, with l moved to it.
     const float l_ref = l_s[tid];
-    const float l = l_ref > 0.0f ? l_ref * exp2f(m_s[tid] - top_s[tid]) : 0.0f;
-    const float m = l_ref > 0.0f ? top_s[tid] * 0.6931471805599453f : neg_inf();
+    const float l = saw_keys(l_ref) ? l_ref * exp2f(m_s[tid] - top_s[tid]) : 0.0f;
+    const float m = saw_keys(l_ref) ? top_s[tid] * 0.6931471805599453f : neg_inf();
     store_row_stats(p, w, row0, tid, m, l);
   }
 }

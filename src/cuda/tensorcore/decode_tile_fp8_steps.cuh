@@ -332,13 +332,13 @@ __device__ __forceinline__ void decode_tile_fp8_steps(const Params& p) {
     a0[col] = m_ref[col] == neg_inf() ? 0.0f : fast_exp2(m_ref[col] - ref);
     a1[col] = m1 == neg_inf() ? 0.0f : fast_exp2(m1 - ref);
     const float l_ref = l_run[col] * a0[col] + hand_s[R + n] * a1[col];
-    inv[col] = l_ref > 0.0f ? p.out_scale / l_ref : 0.0f;
+    inv[col] = saw_keys(l_ref) ? p.out_scale / l_ref : 0.0f;
     const float top = fmaxf(m_top[col], hand_s[2 * R + n]);
     if (warp == 0 && g == 0 && w.row_begin + n < rows_total) {
       // o is normalised against the reference maximum; the stats take the
       // true one, with l moved to it.
-      const float l = l_ref > 0.0f ? l_ref * fast_exp2(ref - top) : 0.0f;
-      const float m = l_ref > 0.0f ? top * 0.6931471805599453f : neg_inf();
+      const float l = saw_keys(l_ref) ? l_ref * fast_exp2(ref - top) : 0.0f;
+      const float m = saw_keys(l_ref) ? top * 0.6931471805599453f : neg_inf();
       store_row_stats(p, w, row0, n, m, l);
     }
   }

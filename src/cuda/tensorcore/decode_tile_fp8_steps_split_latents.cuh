@@ -350,12 +350,12 @@ __device__ __forceinline__ void decode_tile_fp8_steps_split_latents(const Params
     for (int k = 0; k < 8; ++k) top = fmaxf(top, scratch_s[k * R + n]);
     if (w.row_begin + n >= rows_total) continue;
     const float l_ref = l_run[c];
-    const float inv = l_ref > 0.0f ? p.out_scale / l_ref : 0.0f;
+    const float inv = saw_keys(l_ref) ? p.out_scale / l_ref : 0.0f;
     if (wg == 0 && warp == 0 && g == 0) {
       // o is normalised against the reference maximum; the stats take the
       // true one, with l moved to it.
-      const float l = l_ref > 0.0f ? l_ref * fast_exp2(m_ref[c] - top) : 0.0f;
-      const float m = l_ref > 0.0f ? top * 0.6931471805599453f : neg_inf();
+      const float l = saw_keys(l_ref) ? l_ref * fast_exp2(m_ref[c] - top) : 0.0f;
+      const float m = saw_keys(l_ref) ? top * 0.6931471805599453f : neg_inf();
       store_row_stats(p, w, row0, n, m, l);
     }
     const int i0 = 4 * (c / 2) + (c & 1);

@@ -435,7 +435,7 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p, const KvTens
     const int r = half ? row_hi : row_lo;
     if (w.row_begin + r >= rows_total) continue;
     const float l = l_s[r] + l_s[64 + r];
-    const float inv = l > 0.0f ? p.out_scale / l : 0.0f;
+    const float inv = saw_keys(l) ? p.out_scale / l : 0.0f;
     if (direct) {
       u32* out = reinterpret_cast<u32*>(static_cast<u16*>(p.out) + (row0 + r) * kLatent + 256 * wg + 2 * c4);
 #pragma unroll
@@ -451,7 +451,7 @@ __device__ __forceinline__ void decode_tile_seesaw(const Params& p, const KvTens
   if (tid < 64 && w.row_begin + tid < rows_total) {
     // The running maximum is the true one (rescaling is exact): the stats take it as it is.
     const float l = l_s[tid] + l_s[64 + tid];
-    const float m = l > 0.0f ? m_s[tid] * 0.6931471805599453f : neg_inf();
+    const float m = saw_keys(l) ? m_s[tid] * 0.6931471805599453f : neg_inf();
     store_row_stats(p, w, row0, tid, m, l);
   }
 }

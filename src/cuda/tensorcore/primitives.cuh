@@ -134,6 +134,12 @@ __device__ __forceinline__ u32 byte_perm(u32 lo, u32 hi, u32 sel) {
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
 __device__ __forceinline__ float lowest_finite() { return -__int_as_float(0x7f7fffff); }
 
+// Whether a row's softmax sum l says it saw keys: 0 means none. Not l > 0:
+// NaN that reached the row's scores makes l NaN, and o and l must stay NaN
+// (the combines treat a NaN l as poison, 0 as nothing seen) rather than pass
+// for an empty row that a split combine drops from a finite answer.
+__device__ __forceinline__ bool saw_keys(float l) { return l != 0.0f; }
+
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
