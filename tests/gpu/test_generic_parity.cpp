@@ -359,6 +359,61 @@ TEST(GenericGraphReplay, CapturedEnqueueReplaysTwice) {
 
 // ---------------------------------------------------------------- combine
 
+// The float64 merge of one row's `splits` partials from entry `first`:
+// splits with l = 0, and split `except`, take no part.
+struct MergedRow {
+  std::vector<double> out;
+  double m = -INFINITY, l = 0.0;
+};
+MergedRow merge_row_float64(const std::vector<float>& partial, const std::vector<float>& stats, std::int64_t first,
+                            std::int32_t splits, std::int32_t columns, std::int32_t except = -1) {
+  MergedRow r;
+  r.out.assign(static_cast<std::size_t>(columns), 0.0);
+  auto takes_part = [&](std::int32_t s) { return s != except && stats[(first + s) * 2 + 1] > 0; };
+  for (std::int32_t s = 0; s < splits; ++s) {
+    if (takes_part(s)) r.m = std::max<double>(r.m, stats[(first + s) * 2]);
+  }
+  for (std::int32_t s = 0; s < splits; ++s) {
+    if (takes_part(s)) r.l += stats[(first + s) * 2 + 1] * std::exp(stats[(first + s) * 2] - r.m);
+  }
+  for (std::int32_t s = 0; s < splits && r.l > 0; ++s) {
+    if (!takes_part(s)) continue;
+    const double w = stats[(first + s) * 2 + 1] * std::exp(stats[(first + s) * 2] - r.m) / r.l;
+    for (std::int32_t d = 0; d < columns; ++d) r.out[d] += w * partial[(first + s) * columns + d];
+  }
+  if (!(r.l > 0)) r.m = -INFINITY;
+  return r;
+}
+
+// The split combine over device segments and partials into fp16 `out` and
+// `out_stats` (as filled before), both downloaded.
+struct CombineOutput {
+  std::vector<std::uint16_t> out;
+  std::vector<float> stats;
+};
+CombineOutput run_split_combine(const DeviceBuffer& segments, std::int32_t num_segments, std::int64_t total_rows,
+                                std::int64_t wide_rows, const DeviceBuffer& partial, const DeviceBuffer& stats,
+                                std::int32_t columns, DeviceBuffer& out, DeviceBuffer& out_stats) {
+  cuda::SplitCombineArgs args;
+  args.segments = static_cast<const cuda::SplitSegment*>(segments.data());
+  args.num_segments = num_segments;
+  args.total_rows = total_rows;
+  args.wide_rows = wide_rows;
+  args.partial_out = static_cast<const float*>(partial.data());
+  args.partial_stats = static_cast<const float*>(stats.data());
+  args.kv_lora_rank = columns;
+  args.out = out.data();
+  args.out_dtype = DType::fp16;
+  args.stats = static_cast<float*>(out_stats.data());
+  TestStream stream;
+  cuda::launch_split_combine(args, stream.get());
+  stream.synchronize();
+  CombineOutput result{std::vector<std::uint16_t>(out.bytes() / 2), std::vector<float>(out_stats.bytes() / sizeof(float))};
+  out.download(result.out.data(), out.bytes());
+  out_stats.download(result.stats.data(), out_stats.bytes());
+  return result;
+}
+
 // The combine of segments with `columns` columns per row against a float64
 // merge of the same partials.
 void expect_combine_merges(const std::int32_t columns) {
@@ -390,23 +445,11 @@ void expect_combine_merges(const std::int32_t columns) {
   for (const cuda::SplitSegment& seg : segments) {
     for (std::int32_t i = 0; i < seg.rows; ++i) {
       const std::int64_t row = seg.first_out_row + i;
-      const std::int64_t first = seg.first_entry + static_cast<std::int64_t>(i) * seg.splits;
-      double m_max = -INFINITY, l_sum = 0.0;
-      for (std::int32_t s = 0; s < seg.splits; ++s) {
-        if (stats[(first + s) * 2 + 1] > 0) m_max = std::max<double>(m_max, stats[(first + s) * 2]);
-      }
-      for (std::int32_t s = 0; s < seg.splits; ++s) {
-        const double l = stats[(first + s) * 2 + 1];
-        if (l > 0) l_sum += l * std::exp(stats[(first + s) * 2] - m_max);
-      }
-      expected_stats[row * 2] = l_sum > 0 ? m_max : -INFINITY;
-      expected_stats[row * 2 + 1] = l_sum;
-      for (std::int32_t s = 0; s < seg.splits && l_sum > 0; ++s) {
-        const double l = stats[(first + s) * 2 + 1];
-        if (!(l > 0)) continue;
-        const double w = l * std::exp(stats[(first + s) * 2] - m_max) / l_sum;
-        for (std::int32_t d = 0; d < columns; ++d) expected_out[row * columns + d] += w * partial[(first + s) * columns + d];
-      }
+      const MergedRow merged = merge_row_float64(
+          partial, stats, seg.first_entry + static_cast<std::int64_t>(i) * seg.splits, seg.splits, columns);
+      std::copy(merged.out.begin(), merged.out.end(), expected_out.begin() + row * columns);
+      expected_stats[row * 2] = merged.m;
+      expected_stats[row * 2 + 1] = merged.l;
     }
   }
   // Rows 1 and 2 of the output belong to no segment: they must keep their
@@ -439,24 +482,10 @@ void expect_combine_merges(const std::int32_t columns) {
     d_out.fill_bytes(0xff);
     d_out_stats.fill_bytes(0xff);
 
-    cuda::SplitCombineArgs args;
-    args.segments = static_cast<const cuda::SplitSegment*>(order.segments->data());
-    args.num_segments = 3;
-    args.total_rows = 4;
-    args.wide_rows = order.wide_rows;
-    args.partial_out = static_cast<const float*>(d_partial.data());
-    args.partial_stats = static_cast<const float*>(d_stats.data());
-    args.kv_lora_rank = columns;
-    args.out = d_out.data();
-    args.out_dtype = DType::fp16;
-    args.stats = static_cast<float*>(d_out_stats.data());
-    TestStream stream;
-    cuda::launch_split_combine(args, stream.get());
-    stream.synchronize();
-    std::vector<std::uint16_t> out(out_rows * columns);
-    std::vector<float> out_stats(out_rows * 2);
-    d_out.download(out.data(), out.size() * 2);
-    d_out_stats.download(out_stats.data(), out_stats.size() * sizeof(float));
+    const CombineOutput got =
+        run_split_combine(*order.segments, 3, 4, order.wide_rows, d_partial, d_stats, columns, d_out, d_out_stats);
+    const std::vector<std::uint16_t>& out = got.out;
+    const std::vector<float>& out_stats = got.stats;
 
     for (std::int64_t row : {0, 3, 4, 5}) {
       std::vector<double> want(expected_out.begin() + row * columns, expected_out.begin() + (row + 1) * columns);
@@ -517,20 +546,7 @@ TEST(GenericSplitCombine, PoisonedSplitsMakeTheirRowNan) {
   set(1, 33, INFINITY, 2.0f);
   set(2, 3, NAN, 2.0f);
   // Row 3: the answer is the float64 merge of every split but 33.
-  double m_max = -INFINITY, l_sum = 0.0;
-  for (std::int32_t s = 0; s < kSplits; ++s) {
-    if (s != 33) m_max = std::max<double>(m_max, stats[(3 * kSplits + s) * 2]);
-  }
-  for (std::int32_t s = 0; s < kSplits; ++s) {
-    if (s != 33) l_sum += stats[(3 * kSplits + s) * 2 + 1] * std::exp(stats[(3 * kSplits + s) * 2] - m_max);
-  }
-  std::vector<double> want(kColumns, 0.0);
-  for (std::int32_t s = 0; s < kSplits; ++s) {
-    if (s == 33) continue;
-    const std::int64_t e = 3 * kSplits + s;
-    const double w = stats[e * 2 + 1] * std::exp(stats[e * 2] - m_max) / l_sum;
-    for (std::int32_t d = 0; d < kColumns; ++d) want[d] += w * partial[e * kColumns + d];
-  }
+  const MergedRow want = merge_row_float64(partial, stats, 3 * kSplits, kSplits, kColumns, 33);
   set(3, 33, -INFINITY, 5.0f);
 
   DeviceBuffer d_segments(segments.size() * sizeof(cuda::SplitSegment));
@@ -541,36 +557,20 @@ TEST(GenericSplitCombine, PoisonedSplitsMakeTheirRowNan) {
   DeviceBuffer d_out(kRows * kColumns * 2), d_out_stats(kRows * 2 * sizeof(float));
   for (const std::int64_t wide_rows : {std::int64_t{0}, std::int64_t{kRows}}) {
     SCOPED_TRACE("wide_rows " + std::to_string(wide_rows));
-    d_out.fill_bytes(0x3c);  // 1.0078 in every fp16 column: finite poison
+    d_out.fill_bytes(0x3c);  // finite poison: a row left unwritten cannot pass for NaN
     d_out_stats.fill_bytes(0x3c);
-    cuda::SplitCombineArgs args;
-    args.segments = static_cast<const cuda::SplitSegment*>(d_segments.data());
-    args.num_segments = 1;
-    args.total_rows = kRows;
-    args.wide_rows = wide_rows;
-    args.partial_out = static_cast<const float*>(d_partial.data());
-    args.partial_stats = static_cast<const float*>(d_stats.data());
-    args.kv_lora_rank = kColumns;
-    args.out = d_out.data();
-    args.out_dtype = DType::fp16;
-    args.stats = static_cast<float*>(d_out_stats.data());
-    TestStream stream;
-    cuda::launch_split_combine(args, stream.get());
-    stream.synchronize();
-    std::vector<std::uint16_t> out(kRows * kColumns);
-    std::vector<float> out_stats(kRows * 2);
-    d_out.download(out.data(), out.size() * 2);
-    d_out_stats.download(out_stats.data(), out_stats.size() * sizeof(float));
+    const auto [out, out_stats] =
+        run_split_combine(d_segments, 1, kRows, wide_rows, d_partial, d_stats, kColumns, d_out, d_out_stats);
     for (std::int32_t row = 0; row < 3; ++row) {
       const Comparison c = compare(out.data() + std::int64_t{row} * kColumns, DType::fp16,
                                    std::vector<double>(kColumns, 0.0));
       EXPECT_EQ(c.non_finite, kColumns) << "row " << row << " has finite outputs";
       EXPECT_TRUE(std::isnan(out_stats[row * 2 + 1])) << "row " << row << ": l " << out_stats[row * 2 + 1];
     }
-    const Comparison c = compare(out.data() + 3 * kColumns, DType::fp16, want);
+    const Comparison c = compare(out.data() + 3 * kColumns, DType::fp16, want.out);
     EXPECT_TRUE(c.within(1e-3)) << "row 3: " << c.rel_l2_err << ", non-finite " << c.non_finite;
-    EXPECT_NEAR(out_stats[6], m_max, 1e-5);
-    EXPECT_NEAR(out_stats[7], l_sum, 1e-4 * l_sum);
+    EXPECT_NEAR(out_stats[6], want.m, 1e-5);
+    EXPECT_NEAR(out_stats[7], want.l, 1e-4 * want.l);
   }
 }
 
