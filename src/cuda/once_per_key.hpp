@@ -2,7 +2,10 @@
 // compiled per variant and device): the map's lock is held only to find a
 // key's slot, so making one key's value (an NVRTC compile: seconds) does not
 // hold up other keys, while callers of the same key wait for it. A make that
-// throws leaves the key unmade; the next caller tries again.
+// throws leaves the key unmade; the next caller tries again. The wait is a
+// mutex per key, not std::call_once: libstdc++'s call_once hangs later
+// callers after a throwing make on some platforms (GCC PR 66146; aarch64
+// hosts such as Grace Hopper's among those reported).
 #pragma once
 
 #include <map>
@@ -23,13 +26,18 @@ class OncePerKey {
       if (!found) found = std::make_shared<Slot>();
       slot = found;
     }
-    std::call_once(slot->once, [&] { slot->value = make(); });
+    std::lock_guard<std::mutex> make_lock(slot->mutex);
+    if (!slot->made) {
+      slot->value = make();
+      slot->made = true;
+    }
     return slot->value;
   }
 
  private:
   struct Slot {
-    std::once_flag once;
+    std::mutex mutex;
+    bool made = false;
     Value value{};
   };
   std::mutex mutex_;

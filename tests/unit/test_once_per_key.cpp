@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <memory>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -53,6 +54,29 @@ TEST(OncePerKey, AFailedMakeIsTriedAgain) {
   EXPECT_THROW(values.get(3, []() -> int { throw std::runtime_error("compile failed"); }), std::runtime_error);
   EXPECT_EQ(values.get(3, [] { return 9; }), 9);
   EXPECT_EQ(values.get(3, [] { return 10; }), 9);
+}
+
+// A caller waiting on a key while its make throws must make the key itself
+// (libstdc++'s call_once left such waiters hung on some platforms, GCC PR
+// 66146). Bounded: a hung waiter fails the test instead of hanging it.
+TEST(OncePerKey, AWaiterOfAMakeThatThrowsMakesTheKeyItself) {
+  // Shared with the waiter, which outlives the test if it hangs.
+  auto values = std::make_shared<OncePerKey<int, int>>();
+  std::promise<void> first_started;
+  auto first = std::async(std::launch::async, [&] {
+    return values->get(5, [&]() -> int {
+      first_started.set_value();
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      throw std::runtime_error("compile failed");
+    });
+  });
+  first_started.get_future().wait();
+  auto waiter_result = std::make_shared<std::promise<int>>();
+  std::future<int> waiter = waiter_result->get_future();
+  std::thread([values, waiter_result] { waiter_result->set_value(values->get(5, [] { return 25; })); }).detach();
+  EXPECT_THROW(first.get(), std::runtime_error);
+  ASSERT_EQ(waiter.wait_for(std::chrono::seconds(10)), std::future_status::ready) << "the waiter hung";
+  EXPECT_EQ(waiter.get(), 25);
 }
 
 }  // namespace
