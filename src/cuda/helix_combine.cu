@@ -3,10 +3,10 @@
 #include <cmath>
 #include <string>
 
+#include "core/partial_stats.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/dependent_launch.cuh"
 #include "cuda/dependent_launch.hpp"
-#include "core/partial_stats.hpp"
 #include "cuda/helix_dtype.cuh"
 #include "helixmla/error.hpp"
 #include "helixmla/helix.hpp"
