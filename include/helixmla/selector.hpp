@@ -27,7 +27,10 @@ struct Decision {
   std::string choice;                   // empty only inside a thrown error
   BackendPtr backend;
   std::vector<Candidate> candidates;    // every backend, in priority order
-  std::string rule;                     // "forced", "measured: <entry>", "priority"
+  // "forced"; "measured: <entry>" when the table's entry times every capable
+  // backend; "priority", or "priority: <entry> has no time for capable <names>"
+  // when it times only some of them.
+  std::string rule;
   std::string trace() const;            // multi-line human-readable explanation
 };
 

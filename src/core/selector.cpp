@@ -177,18 +177,32 @@ Decision Selector::select_uncached(const PhaseShape& shape, const std::string& f
     const PerfKey key = PerfKey::of(shape, env_.arch);
     if (const PerfTable::Times* times = table_.find(key)) {
       std::optional<std::size_t> fastest;
+      bool tied = false;
+      std::string unmeasured;
       for (std::size_t i = 0; i < candidates.size(); ++i) {
         const auto it = times->find(candidates[i].backend);
-        if (it == times->end()) continue;
+        if (it == times->end()) {
+          if (candidates[i].capable) unmeasured += (unmeasured.empty() ? "" : ", ") + candidates[i].backend;
+          continue;
+        }
         candidates[i].measured_us = it->second;
         // A measurement never makes a backend capable: only capable ones compete.
-        if (candidates[i].capable && (!fastest || it->second < *candidates[*fastest].measured_us)) {
+        if (!candidates[i].capable) continue;
+        if (!fastest || it->second < *candidates[*fastest].measured_us) {
           fastest = i;
+          tied = false;
+        } else if (it->second == *candidates[*fastest].measured_us) {
+          tied = true;  // the earlier, higher-priority one stays
         }
       }
-      if (fastest) {
+      // A table made by another build, or before a kernel existed, may lack a
+      // capable backend; nothing says that one is slower, so the table
+      // decides only when it compares every capable backend.
+      if (fastest && !unmeasured.empty()) {
+        decision.rule = fmt::format("priority: {} has no time for capable {}", key.describe(), unmeasured);
+      } else if (fastest) {
         chosen = *fastest;
-        decision.rule = "measured: " + key.describe();
+        decision.rule = "measured: " + key.describe() + (tied ? " (equal times: priority breaks the tie)" : "");
       }
     }
   }

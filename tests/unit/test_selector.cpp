@@ -14,6 +14,7 @@
 #include <functional>
 #include <future>
 #include <limits>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -222,6 +223,45 @@ TEST(Selector, PerformanceTableChoosesOnlyAmongCapableBackends) {
   // The same table on another architecture has no entry.
   const Selector other_arch({a, b, c}, env_for(Arch::sm80), table);
   EXPECT_EQ(other_arch.select_uncached(shape).choice, "a");
+}
+
+// A table from another build (or from before a kernel existed) may time some
+// capable backends and not others; an untimed one is not known to be slower,
+// so such an entry leaves the choice to priority and says which it lacks.
+TEST(Selector, PerformanceTableDecidesOnlyWhenItTimesEveryCapableBackend) {
+  std::mt19937 rng(20261203);
+  std::uniform_real_distribution<double> us(1.0, 1000.0);
+  auto a = fake("a", 90);
+  auto b = fake("b", 50);
+  auto c = fake("c", 10, [](const PhaseShape&) { return Verdict::no("c cannot run it"); });
+  const PhaseShape shape = decode_shape(16);
+  const PerfKey key = PerfKey::of(shape, Arch::sm90);
+
+  PerfTable only_b;
+  const double b_us = us(rng);
+  only_b.record(key, "b", b_us);
+  only_b.record(key, "c", b_us / 2);
+  const Decision partial = Selector({a, b, c}, env_for(Arch::sm90), only_b).select_uncached(shape);
+  EXPECT_EQ(partial.choice, "a");
+  EXPECT_EQ(partial.rule, "priority: " + key.describe() + " has no time for capable a");
+  EXPECT_EQ(candidate(partial, "b").measured_us, b_us);
+  EXPECT_FALSE(candidate(partial, "a").measured_us);
+
+  // Equal times: the higher priority wins, and the rule says so.
+  PerfTable tie;
+  const double t = us(rng);
+  tie.record(key, "a", t);
+  tie.record(key, "b", t);
+  const Decision tied = Selector({b, a, c}, env_for(Arch::sm90), tie).select_uncached(shape);
+  EXPECT_EQ(tied.choice, "a");
+  EXPECT_EQ(tied.rule, "measured: " + key.describe() + " (equal times: priority breaks the tie)");
+
+  PerfTable both;
+  both.record(key, "a", t + 1.0);
+  both.record(key, "b", t);
+  const Decision measured = Selector({a, b, c}, env_for(Arch::sm90), both).select_uncached(shape);
+  EXPECT_EQ(measured.choice, "b");
+  EXPECT_EQ(measured.rule, "measured: " + key.describe());
 }
 
 TEST(Selector, CacheReturnsTheSameDecisionAndSeparatesShapes) {
