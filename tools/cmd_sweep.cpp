@@ -203,7 +203,8 @@ void add_sweep_command(CLI::App& app) {
       "Run every shape of the supported space (" + space_summary(SweepSpace()) +
           ") through the selector on each architecture. Prints the selections each backend wins and the shapes "
           "no backend can run (the first " + std::to_string(kIssuesListed) +
-          " unless --list-all); exit 0 when there is none, 1 otherwise, 2 for bad flags.");
+          " unless --list-all), and any whose chosen profile backend looks its kernel up only at run time and finds "
+          "none; exit 0 when there is neither, 1 otherwise, 2 for bad flags.");
   cmd->add_option("--profile", flags->profile,
                   "Sweep a profile's described backends (a name such as trtllm, or a .json path); its scope sets "
                   "the default architectures and phases")

@@ -156,6 +156,22 @@ TEST_F(CliUsability, SweepHelpNamesTheSpaceTheRunSweeps) {
   EXPECT_TRUE(has(help.out, "(" + space + ")")) << help.out;
 }
 
+// A profile whose kernel lookup is deferred leaves no shape unroutable, yet a
+// sweep that finds lookups failing at run time exits 1: the help says both.
+TEST_F(CliUsability, SweepHelpCountsShapesThatFailAtRunAsFailures) {
+  const std::filesystem::path profile = out_ / "at-run.json";
+  std::ofstream(profile) << R"({"version": 1, "name": "at-run", "scope": {"archs": ["sm100"], "phases": ["generation"]},
+    "backends": [{"name": "late", "priority": 1, "archs": ["sm100"],
+      "kernels": {"lookup": "at_run", "families": [{"name": "k", "precompiled_page_sizes": [32]}]}}]})";
+  const CliOutcome o = helixmla("sweep --profile " + profile.string() + " --out " + out_.string());
+  EXPECT_EQ(o.code, 1) << o.err;
+  EXPECT_TRUE(has(o.out, "shapes no backend can run: 0\n")) << o.out;
+  EXPECT_TRUE(has(o.out, "shapes whose chosen backend fails at run time: ")) << o.out;
+  const std::string help = helixmla("sweep --help").out;
+  EXPECT_TRUE(has(help, "looks its kernel up only at run time and finds none; exit 0 when there is neither, 1 "
+                        "otherwise")) << help;
+}
+
 // A sweep of a second or two prints no progress; a longer one at most a line
 // every two seconds, ending at 100%.
 TEST_F(CliUsability, SweepProgressIsSparse) {
