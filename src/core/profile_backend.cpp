@@ -107,6 +107,11 @@ std::string format_value(Kind kind, std::int64_t v) {
   return std::to_string(v);
 }
 
+template <typename T>
+bool contains(const std::vector<T>& values, const T& value) {
+  return std::find(values.begin(), values.end(), value) != values.end();
+}
+
 // ---- reading JSON with errors that name the field --------------------------
 
 [[noreturn]] void bad(const std::string& field, const json& value, const std::string& rule) {
@@ -156,6 +161,14 @@ std::int32_t int_in(const json& value, const std::string& field, std::int32_t mi
 std::string optional_string(const json& object, const char* key, const std::string& where) {
   const auto it = object.find(key);
   return it == object.end() ? std::string() : string_at(*it, where + "." + key);
+}
+
+// Descriptions are for the file's readers and never read here; their type is
+// still checked, as every other field's is, so that a misplaced value (a
+// number, a condition) is not passed over in silence.
+void check_description(const json& object, const std::string& where) {
+  const auto it = object.find("description");
+  if (it != object.end()) string_at(*it, where + ".description");
 }
 
 // Checks in place rather than passing the value through: g++ 13 takes a
@@ -365,6 +378,7 @@ Step parse_step(const json& object, const std::string& where) {
   only_keys(object, where, {"require", "admit", "performance_gate", "reason", "description"});
   Step step;
   step.reason = optional_string(object, "reason", where);
+  check_description(object, where);
   const int kinds = object.contains("require") + object.contains("admit") + object.contains("performance_gate");
   if (kinds != 1) bad(where, object, "a step has exactly one of \"require\", \"admit\", \"performance_gate\"");
   if (object.contains("require")) {
@@ -383,6 +397,7 @@ Step parse_step(const json& object, const std::string& where) {
       const std::string rule_at = fmt::format("{}[{}]", at, i);
       only_keys(rules[i], rule_at, {"when", "require", "min_batch", "description"});
       GateRule rule;
+      check_description(rules[i], rule_at);
       rule.when = parse_condition(required(rules[i], "when", rule_at), rule_at + ".when");
       if (rules[i].contains("require") == rules[i].contains("min_batch")) {
         bad(rule_at, rules[i], "a gate rule has exactly one of \"require\" and \"min_batch\"");
@@ -445,6 +460,7 @@ Family parse_family(const json& object, const std::string& where) {
                             "invalid", "description"});
   Family family;
   family.name = string_at(required(object, "name", where), where + ".name");
+  check_description(object, where);
   if (object.contains("when")) family.when = parse_condition(object["when"], where + ".when");
   if (object.contains("tile_q")) {
     family.tile_q = int_in(object["tile_q"], where + ".tile_q", 1, kMaxLength);
@@ -627,6 +643,7 @@ std::shared_ptr<ProfileBackend> parse_backend(const json& object, const std::str
   auto backend = std::make_shared<ProfileBackend>();
   backend->name_ = string_at(required(object, "name", where), where + ".name");
   if (backend->name_.empty()) bad(where + ".name", object["name"], "must not be empty");
+  check_description(object, where);
   const std::int64_t priority = int_at(required(object, "priority", where), where + ".priority");
   if (priority < -1000000 || priority > 1000000) bad(where + ".priority", object["priority"], "out of range");
   backend->priority_ = static_cast<int>(priority);
@@ -636,7 +653,10 @@ std::shared_ptr<ProfileBackend> parse_backend(const json& object, const std::str
   // An empty list would leave the backend unavailable on every machine.
   if (archs.empty()) bad(where + ".archs", archs, "must list at least one architecture");
   for (std::size_t i = 0; i < archs.size(); ++i) {
-    backend->archs_.push_back(arch_at(archs[i], fmt::format("{}.archs[{}]", where, i)));
+    const std::string at = fmt::format("{}.archs[{}]", where, i);
+    const Arch arch = arch_at(archs[i], at);
+    if (contains(backend->archs_, arch)) bad(at, archs[i], "repeats an earlier architecture");
+    backend->archs_.push_back(arch);
   }
   if (const auto it = object.find("admission"); it != object.end()) {
     require_array(*it, where + ".admission");
@@ -648,6 +668,7 @@ std::shared_ptr<ProfileBackend> parse_backend(const json& object, const std::str
   const std::string at = where + ".kernels";
   const json& kernels = required(object, "kernels", where);
   only_keys(kernels, at, {"lookup", "families", "none", "description"});
+  check_description(kernels, at);
   const std::string lookup = kernels.contains("lookup") ? string_at(kernels["lookup"], at + ".lookup")
                                                         : std::string("at_selection");
   if (lookup != "at_selection" && lookup != "at_run") {
@@ -701,7 +722,11 @@ Profile parse_profile(const std::string& json_text, const std::string& origin) {
       if (archs.empty()) bad("profile.scope.archs", archs, "must list at least one architecture");
       profile.archs.clear();
       for (std::size_t i = 0; i < archs.size(); ++i) {
-        profile.archs.push_back(arch_at(archs[i], fmt::format("profile.scope.archs[{}]", i)));
+        const std::string at = fmt::format("profile.scope.archs[{}]", i);
+        const Arch arch = arch_at(archs[i], at);
+        // A sweep would go over it twice and count each of its shapes twice.
+        if (contains(profile.archs, arch)) bad(at, archs[i], "repeats an earlier architecture");
+        profile.archs.push_back(arch);
       }
     }
     if (scope->contains("phases")) {
@@ -710,7 +735,10 @@ Profile parse_profile(const std::string& json_text, const std::string& origin) {
       if (phases.empty()) bad("profile.scope.phases", phases, "must list at least one phase");
       profile.phases.clear();
       for (std::size_t i = 0; i < phases.size(); ++i) {
-        profile.phases.push_back(phase_at(phases[i], fmt::format("profile.scope.phases[{}]", i)));
+        const std::string at = fmt::format("profile.scope.phases[{}]", i);
+        const PhaseKind phase = phase_at(phases[i], at);
+        if (contains(profile.phases, phase)) bad(at, phases[i], "repeats an earlier phase");
+        profile.phases.push_back(phase);
       }
     }
   }
@@ -722,6 +750,13 @@ Profile parse_profile(const std::string& json_text, const std::string& origin) {
   for (std::size_t i = 0; i < backends.size(); ++i) {
     const std::string at = fmt::format("profile.backends[{}]", i);
     auto backend = parse_backend(backends[i], at);
+    // Unavailable wherever the profile is swept or explained by default: a
+    // contradiction that would only show as every shape being unroutable.
+    if (std::none_of(backend->archs_.begin(), backend->archs_.end(),
+                     [&](Arch arch) { return contains(profile.archs, arch); })) {
+      bad(at + ".archs", backends[i]["archs"],
+          "lists none of the profile's architectures (profile.scope.archs: " + to_string(profile.archs) + ")");
+    }
     if (!names.insert(backend->name_).second) bad(at + ".name", backends[i]["name"], "duplicate backend name");
     profile.backends.push_back(std::move(backend));
   }

@@ -420,6 +420,53 @@ TEST(ProfileSchema, EmptyScopeListsAreRejected) {
   EXPECT_EQ(field_of_error(doc), "profile.backends[1].archs");
 }
 
+// Descriptions are never read, but a number or a condition where a text
+// belongs is an error in the file like any other.
+TEST(ProfileSchema, DescriptionsMustBeText) {
+  const nlohmann::json good = nlohmann::json::parse(profile_text("trtllm"));
+  auto with = [&](const nlohmann::json::json_pointer& at, const nlohmann::json& value) {
+    nlohmann::json doc = good;
+    doc[at] = value;
+    return field_of_error(doc);
+  };
+  EXPECT_EQ(with("/backends/1/description"_json_pointer, 5), "profile.backends[1].description");
+  EXPECT_EQ(with("/backends/2/kernels/description"_json_pointer, nlohmann::json::array({1})),
+            "profile.backends[2].kernels.description");
+  EXPECT_EQ(with("/backends/2/kernels/families/1/description"_json_pointer, true),
+            "profile.backends[2].kernels.families[1].description");
+  EXPECT_EQ(with("/backends/0/admission/3/description"_json_pointer, nlohmann::json::object({{"heads", 1}})),
+            "profile.backends[0].admission[3].description");
+  EXPECT_EQ(with("/backends/0/admission/9/performance_gate/0/description"_json_pointer, 0.5),
+            "profile.backends[0].admission[9].performance_gate[0].description");
+  EXPECT_EQ(with("/backends/1/description"_json_pointer, "text"), "no error");
+}
+
+// A repeated architecture in the scope made `sweep --profile` go over it
+// twice and count every shape twice; a backend available on none of the
+// scope's architectures made every shape of the sweep unroutable.
+TEST(ProfileSchema, ScopeListsDoNotRepeatAndBackendsMeetTheScope) {
+  const nlohmann::json good = nlohmann::json::parse(profile_text("trtllm"));
+  auto error_of = [&](auto&& change) {
+    nlohmann::json doc = good;
+    change(doc);
+    try {
+      parse_profile(doc.dump());
+    } catch (const InvalidArgument& e) {
+      return e.field() + " = " + e.value();
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(error_of([](auto& d) { d["scope"]["archs"] = {"sm100", "sm103", "sm_100"}; }),
+            "profile.scope.archs[2] = \"sm_100\"");
+  EXPECT_EQ(error_of([](auto& d) { d["scope"]["phases"] = {"generation", "generation"}; }),
+            "profile.scope.phases[1] = \"generation\"");
+  EXPECT_EQ(error_of([](auto& d) { d["backends"][2]["archs"] = {"sm103", "sm103"}; }),
+            "profile.backends[2].archs[1] = \"sm103\"");
+  EXPECT_EQ(error_of([](auto& d) { d["backends"][1]["archs"] = {"sm90", "sm120"}; }),
+            "profile.backends[1].archs = [\"sm90\",\"sm120\"]");
+  EXPECT_EQ(error_of([](auto& d) { d["backends"][1]["archs"] = {"sm90", "sm103"}; }), "no error");
+}
+
 // nlohmann would keep the last of a repeated key without a word: the name
 // checked for path parts could be another than the one a reader sees.
 TEST(ProfileSchema, RepeatedKeysAreRejected) {
