@@ -29,6 +29,8 @@ class PerfTable {
   // Median microseconds per backend name.
   using Times = std::map<std::string, double>;
 
+  // Throws InvalidArgument for an empty backend name or a time that is not
+  // positive and finite.
   void record(const PerfKey& key, const std::string& backend, double microseconds);
   const Times* find(const PerfKey& key) const;
   bool empty() const { return entries_.empty(); }

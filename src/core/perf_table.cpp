@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <fstream>
 #include <initializer_list>
@@ -74,6 +75,15 @@ std::string PerfKey::describe() const {
 }
 
 void PerfTable::record(const PerfKey& key, const std::string& backend, double microseconds) {
+  if (backend.empty()) throw InvalidArgument("backend", -1, "\"\"", "must name a backend");
+  // The selector compares times with <, so a NaN taken first would win every
+  // comparison after it; to_json would also write it as null, which
+  // from_json refuses.
+  if (!(microseconds > 0.0) || !std::isfinite(microseconds)) {
+    throw InvalidArgument("microseconds", -1, fmt::format("{}", microseconds),
+                          fmt::format("the time of {} at {} must be a positive, finite number", backend,
+                                      key.describe()));
+  }
   entries_[key][backend] = microseconds;
 }
 
@@ -143,6 +153,7 @@ PerfTable PerfTable::from_json(const std::string& text, const std::string& origi
                             "must be a non-empty object of backend name to microseconds");
     }
     for (const auto& [backend, us] : times.items()) {
+      if (backend.empty()) throw InvalidArgument(where + ".times_us", -1, "\"\"", "backend names must not be empty");
       if (!us.is_number() || !(us.get<double>() > 0.0)) {
         throw InvalidArgument(where + ".times_us." + backend, -1, brief_json(us), "must be a positive number");
       }

@@ -1,6 +1,7 @@
 // Selection with fake backends declared here: capability decides, kernels
 // have the final word, performance only chooses among capable backends, and
 // decisions are cached by the full shape.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
@@ -626,6 +627,39 @@ TEST(PerfTable, ErrorsNameTheField) {
   EXPECT_EQ(broken("\"a\":1.0", "\"a\":2.0"), "perf_table.entries[1].times_us.a") << "a repeated shape";
   EXPECT_EQ(broken("\"a\":1.0", "\"b\":2.0"), "no error") << "another backend of the same shape";
   EXPECT_EQ(broken("\"sm90\"", "\"9.0\""), "perf_table.entries[1].arch") << "not an architecture's name";
+}
+
+// A NaN recorded first won every comparison after it (and saved as null,
+// which the loader refuses); an empty name matches no backend.
+TEST(PerfTable, RecordRefusesTimesTheSelectorCannotCompare) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> us(1.0, 1000.0);
+  const PerfKey key{Arch::sm90, DType::bf16, 16, 1, 64, 1};
+  const auto error_of = [&](const std::string& backend, double microseconds) {
+    PerfTable table;
+    try {
+      table.record(key, backend, microseconds);
+    } catch (const InvalidArgument& e) {
+      return e.field() + " = " + e.value();
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(error_of("a", std::numeric_limits<double>::quiet_NaN()), "microseconds = nan");
+  EXPECT_EQ(error_of("a", std::numeric_limits<double>::infinity()), "microseconds = inf");
+  EXPECT_EQ(error_of("a", 0.0), "microseconds = 0");
+  const double negative = -us(rng);
+  EXPECT_EQ(error_of("a", negative), fmt::format("microseconds = {}", negative));
+  EXPECT_EQ(error_of("", us(rng)), "backend = \"\"");
+  EXPECT_EQ(error_of("a", us(rng)), "no error");
+
+  const std::string entry = R"({"arch":"sm90","kv_dtype":"bf16","heads":16,"q_len":1,"page_size":64,)"
+                            R"("batch_bucket":1,"times_us":{"":1.5}})";
+  try {
+    PerfTable::from_json("{\"version\":1,\"entries\":[" + entry + "]}");
+    ADD_FAILURE() << "an empty backend name was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(e.field(), "perf_table.entries[0].times_us");
+  }
 }
 
 // JSON leaves a repeated key to the reader; nlohmann would keep the last one
