@@ -2,9 +2,9 @@
 // recycles once an event says the copy has run. Captured into a CUDA graph,
 // the copy runs only at replay and the event is a captured one: the pool
 // could never recycle the buffer (querying a captured event fails), and in
-// global capture mode a fresh pinned allocation invalidates the capture. So prepare refuses a capturing
-// stream with a clear error, as a refresh's upload does; a graph captures
-// enqueue.
+// global capture mode a fresh pinned allocation invalidates the capture. So
+// prepare refuses a capturing stream with a clear error, as a refresh's
+// upload does; a graph captures enqueue.
 //
 // Another stream may be capturing meanwhile: one of this thread's, or, in
 // cudaStreamCaptureModeGlobal (CUDA's default), any thread's. CUDA then
@@ -21,6 +21,7 @@
 #include <string>
 
 #include "cuda/cuda_check.hpp"
+#include "cuda/device_guard.hpp"
 #include "helixmla/error.hpp"
 
 namespace helixmla::cuda {
@@ -54,12 +55,6 @@ inline void refuse_stream_of_other_device(cudaStream_t stream, int device) {
 #endif
 }
 
-// The stream that prepare or refresh uploads a run's metadata on.
-inline void check_upload_stream(cudaStream_t stream, int device) {
-  refuse_capturing_stream(stream);
-  refuse_stream_of_other_device(stream, device);
-}
-
 // Puts the calling thread in cudaStreamCaptureModeRelaxed for a scope and
 // restores its mode after. Never throws, so destructors may use it: should
 // the swap fail, the unsafe call it guards reports the capture itself.
@@ -75,6 +70,22 @@ class RelaxedCaptureMode {
  private:
   cudaStreamCaptureMode previous_ = cudaStreamCaptureModeRelaxed;
   bool swapped_;
+};
+
+// The scope of prepare's or a refresh's host work, which uploads a run's
+// metadata on `stream`: relaxed capture mode (the device switch included),
+// the run's device current, and the stream refused if it is capturing or
+// belongs to another device.
+class MetadataUploadScope {
+ public:
+  MetadataUploadScope(void* stream, int device) : guard_(device) {
+    refuse_capturing_stream(static_cast<cudaStream_t>(stream));
+    refuse_stream_of_other_device(static_cast<cudaStream_t>(stream), device);
+  }
+
+ private:
+  RelaxedCaptureMode relaxed_;  // first in, last out: the guard switches inside it
+  DeviceGuard guard_;
 };
 
 }  // namespace helixmla::cuda

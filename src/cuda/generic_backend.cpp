@@ -296,9 +296,7 @@ class GenericBackend final : public Backend {
     require_tensor_alignment(layer_tensors(phase), kAlignment, false);
     if (workspace.data != nullptr) require_alignment("workspace.data", workspace.data, 16, kAlignment.backend);
     const int device = phase.location.device;
-    RelaxedCaptureMode relaxed;
-    DeviceGuard guard(device);
-    check_upload_stream(static_cast<cudaStream_t>(stream), device);
+    const MetadataUploadScope scope(stream, device);
 
     GenericLaunch planned = launch_for(phase, plan_of(phase));
     const std::size_t needed = planned.layout.total_bytes;

@@ -5,7 +5,6 @@
 #include <cstdint>
 
 #include "cuda/capture_check.hpp"
-#include "cuda/device_guard.hpp"
 #include "helixmla/error.hpp"
 #include "helixmla/validate.hpp"
 
@@ -51,9 +50,7 @@ PreparedRun::Refresh LayerBoundRun::plan_refresh(const Problem& next) {
   Refresh upload = take_metadata(next);
   if (!upload) return {};
   return [this, next, upload = std::move(upload)](void* stream) {
-    RelaxedCaptureMode relaxed;
-    DeviceGuard guard(device_);
-    check_upload_stream(static_cast<cudaStream_t>(stream), device_);
+    const MetadataUploadScope scope(stream, device_);
     upload(stream);
     prepared_ = layer_tensors(next);
   };

@@ -239,9 +239,7 @@ std::size_t tensorcore_workspace_bytes(const Problem& phase, const TensorcoreVar
 
 std::unique_ptr<PreparedRun> prepare_tensorcore(const Problem& phase, const TensorcoreVariant& variant,
                                                 Workspace workspace, void* stream) {
-  RelaxedCaptureMode relaxed;
-  DeviceGuard guard(phase.location.device);
-  check_upload_stream(static_cast<cudaStream_t>(stream), phase.location.device);
+  const MetadataUploadScope scope(stream, phase.location.device);
   require_tensor_alignment(layer_tensors(phase), kTensorcoreAlignment, false);
   std::shared_ptr<const TensorcorePlan> plan =
       tensorcore_plan_for(phase, variant.rows, parallel_blocks(phase, variant));
