@@ -117,6 +117,11 @@ class PreparedRun {
   // no host work beyond the launches. Throws InvalidArgument (validate_layer
   // and the backend's alignment rules) before launching anything.
   virtual void enqueue(const LayerTensors& layer, void* stream) = 0;
+  // Throws what enqueue(layer, stream) would throw for these tensors and
+  // launches nothing, so a run made of several backends' runs (a mixed
+  // batch) refuses a layer before its first part has launched. The default
+  // checks nothing.
+  virtual void check_layer(const LayerTensors& layer) const;
 
   // The next decode step, for graphs captured from this run's enqueues
   // (StepPlan::refresh). When `next` (this run's phase of the next step) can

@@ -132,6 +132,8 @@ PhaseShape shape_of(const Phase& phase, const Problem& whole) {
 
 PreparedRun::Refresh PreparedRun::plan_refresh(const Problem&) { return {}; }
 
+void PreparedRun::check_layer(const LayerTensors&) const {}
+
 std::size_t Backend::workspace_bytes(const Problem&) const { return 0; }
 
 std::unique_ptr<PreparedRun> Backend::prepare(const Problem&, Workspace, void*) const {

@@ -38,9 +38,10 @@ class ReferenceRun final : public PreparedRun {
   explicit ReferenceRun(const Problem& phase) { hold(phase); }
   void enqueue(void*) override { reference_attention(phase_); }
   void enqueue(const LayerTensors& layer, void*) override {
-    validate_layer(layer, phase_.stats.present());
+    check_layer(layer);
     reference_attention(with_layer(phase_, layer));
   }
+  void check_layer(const LayerTensors& layer) const override { validate_layer(layer, phase_.stats.present()); }
   // Nothing is launched ahead, so any host phase of the next step fits.
   Refresh plan_refresh(const Problem& next) override {
     if (next.location.kind != Location::Kind::host) return {};

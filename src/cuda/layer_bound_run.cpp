@@ -56,9 +56,13 @@ PreparedRun::Refresh LayerBoundRun::plan_refresh(const Problem& next) {
   };
 }
 
-void LayerBoundRun::enqueue(const LayerTensors& layer, void* stream) {
+void LayerBoundRun::check_layer(const LayerTensors& layer) const {
   validate_layer(layer, prepared_.stats != nullptr);
   require_tensor_alignment(layer, need_, true);
+}
+
+void LayerBoundRun::enqueue(const LayerTensors& layer, void* stream) {
+  check_layer(layer);
   launch(layer, stream);
 }
 

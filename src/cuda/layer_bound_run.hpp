@@ -35,6 +35,7 @@ class LayerBoundRun : public PreparedRun {
         softmax_scale_(phase.softmax_scale) {}
   void enqueue(void* stream) final { launch(prepared_, stream); }
   void enqueue(const LayerTensors& layer, void* stream) final;
+  void check_layer(const LayerTensors& layer) const final;
   // A `next` on the run's device with its softmax scale and aligned tensors,
   // whose metadata the backend can take (take_metadata); the step runs on
   // the run's device, refuses a capturing stream or one of another device,

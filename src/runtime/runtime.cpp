@@ -39,8 +39,12 @@ class CompositeRun final : public PreparedRun {
     for (auto& phase : phases_) phase.run->enqueue(stream);
   }
   void enqueue(const LayerTensors& layer, void* stream) override {
-    validate_layer(layer, shape_.stats.present());
+    check_layer(layer);
     for (auto& phase : phases_) phase.run->enqueue(phase_layer(shape_, layer, phase.first_token), stream);
+  }
+  void check_layer(const LayerTensors& layer) const override {
+    validate_layer(layer, shape_.stats.present());
+    for (const auto& phase : phases_) phase.run->check_layer(phase_layer(shape_, layer, phase.first_token));
   }
 
   // The next step takes this run when it has the same phases on the same

@@ -1,14 +1,20 @@
 // One run prepared per decode step, enqueued on every layer's tensors
 // (PreparedRun::enqueue with LayerTensors): each layer's outputs against the
 // naive float64 attention of that layer, the prepared layer left untouched,
-// and bad layers refused by name before anything runs.
+// and bad layers refused by name before anything runs, also when a mixed
+// batch's phases run on different backends and only the second refuses.
 #include <gtest/gtest.h>
 
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "helixmla/error.hpp"
+#include "helixmla/reference.hpp"
 #include "helixmla/planner.hpp"
 #include "helixmla/runtime.hpp"
 #include "support/host_checks.hpp"
@@ -94,6 +100,100 @@ TEST(LayerTensors, BadLayersAreRefusedByName) {
     }
     EXPECT_TRUE(outputs_untouched(second)) << c.field << ": ran before refusing";
   }
+}
+
+// The generation phase on the host reference, with an alignment rule of its
+// own for q, as the CUDA backends have: the contexts stay on the cpu backend.
+class GenerationsOnlyAligned final : public Backend {
+ public:
+  static constexpr std::uintptr_t kQAlignment = 64;
+
+  std::string_view name() const override { return "aligned_generations"; }
+  int priority() const override { return 1000; }
+  Verdict available(const Environment&) const override { return Verdict::yes(); }
+  Verdict check(const PhaseShape& shape) const override {
+    return shape.phase == PhaseKind::generation ? Verdict::yes() : Verdict::no("generations only");
+  }
+  const KernelCatalog& catalog() const override { return catalog_; }
+  std::unique_ptr<PreparedRun> prepare(const Problem& phase, Workspace, void*) const override {
+    class Run final : public PreparedRun {
+     public:
+      explicit Run(const Problem& p) : phase_(p) {}
+      void enqueue(void*) override { reference_attention(phase_); }
+      void enqueue(const LayerTensors& layer, void*) override {
+        check_layer(layer);
+        reference_attention(with_layer(phase_, layer));
+      }
+      void check_layer(const LayerTensors& layer) const override {
+        if (reinterpret_cast<std::uintptr_t>(layer.q) % kQAlignment != 0) {
+          throw InvalidArgument("layer.q", -1, "misaligned", "aligned_generations needs 64-byte alignment");
+        }
+      }
+
+     private:
+      Problem phase_;
+    };
+    return std::make_unique<Run>(phase);
+  }
+
+ private:
+  class AnyShape final : public KernelCatalog {
+   public:
+    std::vector<KernelVariant> inventory(const Environment&) const override { return {{"host_f64", true}}; }
+    Verdict can_implement(const PhaseShape&, const Environment&, KernelVariant* chosen) const override {
+      if (chosen) *chosen = {"host_f64", true};
+      return Verdict::yes();
+    }
+  } catalog_;
+};
+
+// A layer whose q the second phase's backend refuses: the first phase (the
+// contexts, on the cpu backend) must not have run either.
+TEST(LayerTensors, AMixedBatchOnTwoBackendsRefusesBeforeEitherPhaseRuns) {
+  testing::SyntheticBatch first(small_mixed_spec(DType::bf16, 7));
+  testing::SyntheticBatch second = testing::another_layer(first, 1);
+  RuntimeOptions options;
+  options.environment = Environment{};
+  options.backends = builtin_backends();
+  options.backends.push_back(std::make_shared<GenerationsOnlyAligned>());
+  const Runtime runtime(options);
+  const Selection chosen = runtime.select(first.problem());
+  ASSERT_TRUE(chosen.context && chosen.generation);
+  ASSERT_EQ(chosen.context->choice, "cpu");
+  ASSERT_EQ(chosen.generation->choice, "aligned_generations");
+  auto run = runtime.prepare(first.problem(), {}, nullptr);
+
+  // The second layer's q copied to 64-byte-aligned storage, and once more
+  // one element past such a line: every phase's part of that copy is
+  // misaligned (the parts start whole rows of 1152 bytes apart).
+  const Problem layer_problem = second.problem();
+  const std::size_t q_bytes = static_cast<std::size_t>(layer_problem.num_tokens()) * layer_problem.num_heads *
+                              layer_problem.dims.head_dim() * dtype_size(layer_problem.q_dtype);
+  constexpr std::size_t kLine = GenerationsOnlyAligned::kQAlignment;
+  std::vector<std::byte> aligned_storage(q_bytes + kLine), shifted_storage(q_bytes + 2 * kLine);
+  const auto copy_q = [&](std::vector<std::byte>& storage, std::size_t past_line) {
+    const auto base = reinterpret_cast<std::uintptr_t>(storage.data());
+    std::byte* q = storage.data() + (kLine - base % kLine) % kLine + past_line;
+    std::memcpy(q, layer_problem.q, q_bytes);
+    LayerTensors layer = layer_tensors(layer_problem);
+    layer.q = q;
+    return layer;
+  };
+  const LayerTensors aligned = copy_q(aligned_storage, 0);
+  const LayerTensors shifted = copy_q(shifted_storage, 2);
+
+  second.poison_outputs();
+  try {
+    run->enqueue(shifted, nullptr);
+    ADD_FAILURE() << "a misaligned layer.q was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(e.field(), "layer.q") << e.what();
+  }
+  EXPECT_TRUE(outputs_untouched(second)) << "the context phase ran before the generation phase refused";
+
+  second.poison_outputs();
+  run->enqueue(aligned, nullptr);
+  expect_matches_naive(second, "the same layer, aligned");
 }
 
 }  // namespace
