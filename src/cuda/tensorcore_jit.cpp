@@ -20,6 +20,7 @@ namespace {
 struct DriverApi {
   decltype(&cuGetErrorString) get_error_string = nullptr;
   decltype(&cuModuleLoadData) module_load_data = nullptr;
+  decltype(&cuModuleUnload) module_unload = nullptr;
   decltype(&cuModuleGetFunction) module_get_function = nullptr;
   decltype(&cuFuncSetAttribute) func_set_attribute = nullptr;
   decltype(&cuFuncGetAttribute) func_get_attribute = nullptr;
@@ -44,6 +45,7 @@ const DriverApi& driver() {
     DriverApi a;
     resolve("cuGetErrorString", a.get_error_string);
     resolve("cuModuleLoadData", a.module_load_data);
+    resolve("cuModuleUnload", a.module_unload);
     resolve("cuModuleGetFunction", a.module_get_function);
     resolve("cuFuncSetAttribute", a.func_set_attribute);
     resolve("cuFuncGetAttribute", a.func_get_attribute);
@@ -106,11 +108,19 @@ CUfunction tensorcore_jit_function(const TensorcoreVariant& variant, int smem_by
         cached_cubin(program, variant.name() + "-" + program.arch, JitCache(JitCache::default_directory()));
     CUmodule module = nullptr;
     check_driver(driver().module_load_data(&module, cubin.data()), "cuModuleLoadData");
-    CUfunction function = nullptr;
-    check_driver(driver().module_get_function(&function, module, kTensorcoreJitEntry), "cuModuleGetFunction");
-    check_driver(driver().func_set_attribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes),
-                 "cuFuncSetAttribute");
-    return function;
+    // A failed make is retried by the next caller, so a module whose kernel
+    // cannot be set up is unloaded rather than left loaded once per retry.
+    try {
+      CUfunction function = nullptr;
+      check_driver(driver().module_get_function(&function, module, kTensorcoreJitEntry), "cuModuleGetFunction");
+      check_driver(
+          driver().func_set_attribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes),
+          "cuFuncSetAttribute");
+      return function;
+    } catch (...) {
+      driver().module_unload(module);
+      throw;
+    }
   });
 }
 

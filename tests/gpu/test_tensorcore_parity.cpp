@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "cuda/tensorcore_backend.hpp"
+#include "cuda/tensorcore_jit.hpp"
 #include "cuda/tensorcore_plan.hpp"
 #include "cuda/tensorcore_run.hpp"
 #include "cuda/tensorcore_variants.hpp"
@@ -246,6 +248,39 @@ TEST(TensorcoreJit, ThreadsPreparingDifferentVariantsAtOnceEachMatch) {
     });
   }
   for (std::thread& t : threads) t.join();
+}
+
+// A just-in-time kernel whose set-up fails after its module loaded (here a
+// shared-memory size no device has) throws by name, and unloads the module:
+// every retry loads it again, and device memory must not shrink with each.
+// Page 56 is a variant no other test loads, since a kernel loaded once is
+// kept for the process and its set-up never runs again.
+TEST(TensorcoreJit, AFailedKernelSetUpLeavesNoModuleLoaded) {
+  SKIP_WITHOUT_TENSORCORE();
+  if (!Environment::detect().nvrtc) GTEST_SKIP() << "no NVRTC";
+  const cuda::TensorcoreVariant variant = cuda::tensorcore_variant(16, 1, 56, DType::bf16, DType::bf16, 1);
+  constexpr int kNoDeviceHasThisMuch = 64 << 20;
+  const auto fail_once = [&] {
+    try {
+      cuda::tensorcore_jit_function(variant, kNoDeviceHasThisMuch);
+      ADD_FAILURE() << "a 64 MiB shared-memory limit was accepted";
+    } catch (const RuntimeFailure& e) {
+      EXPECT_NE(std::string(e.what()).find("cuFuncSetAttribute"), std::string::npos) << e.what();
+    }
+  };
+  fail_once();  // compiles or loads from the cache, and warms the driver's pools
+  std::size_t free_before = 0, free_after = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
+  constexpr int kRetries = 64;
+  for (int i = 0; i < kRetries; ++i) fail_once();
+  ASSERT_EQ(cudaMemGetInfo(&free_after, &total), cudaSuccess);
+  const std::int64_t shrunk = static_cast<std::int64_t>(free_before) - static_cast<std::int64_t>(free_after);
+  std::printf("device memory after %d failed set-ups: %lld bytes less\n", kRetries, static_cast<long long>(shrunk));
+  EXPECT_LE(shrunk, 2 << 20) << "each failed set-up left its module loaded";
+
+  const CUfunction usable = cuda::tensorcore_jit_function(variant, variant.smem_bytes());
+  EXPECT_NE(usable, nullptr);
+  EXPECT_GT(cuda::jit_kernel_registers(usable), 0);
 }
 
 TEST(TensorcoreJit, Fp16QueriesWithFp16AndFp8Kv) {
