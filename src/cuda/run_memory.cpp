@@ -8,12 +8,22 @@ namespace helixmla::cuda {
 RunMemory::~RunMemory() {
   if (owned_workspace_ == nullptr) return;
   RelaxedCaptureMode relaxed;
+  // A run may be released from a thread with another device current, and
+  // cudaFree is specified for memory of the current device only; no
+  // DeviceGuard here, as it throws and this must not.
+  int current = owned_device_;
+  const bool other_device = cudaGetDevice(&current) == cudaSuccess && current != owned_device_;
+  if (other_device) cudaSetDevice(owned_device_);
   cudaFree(owned_workspace_);
+  if (other_device) cudaSetDevice(current);
 }
 
 void* RunMemory::workspace(void* given, std::size_t bytes) {
   if (given != nullptr) return given;
-  if (owned_workspace_ == nullptr) HELIXMLA_CUDA_CHECK(cudaMalloc(&owned_workspace_, bytes > 0 ? bytes : 1));
+  if (owned_workspace_ == nullptr) {
+    HELIXMLA_CUDA_CHECK(cudaGetDevice(&owned_device_));
+    HELIXMLA_CUDA_CHECK(cudaMalloc(&owned_workspace_, bytes > 0 ? bytes : 1));
+  }
   return owned_workspace_;
 }
 

@@ -28,6 +28,7 @@ class RunMemory {
 
  private:
   void* owned_workspace_ = nullptr;
+  int owned_device_ = 0;  // where owned_workspace_ was allocated
   PinnedStaging staging_;
 };
 

@@ -1,8 +1,9 @@
 // A run whose batch lives on GPU 1, driven from a thread whose current
 // device is GPU 0, as an engine that drives several GPUs from one thread
-// drives it: prepare, enqueue, a captured enqueue and a refresh work on GPU 1
-// and leave GPU 0 current; a stream of GPU 0 is refused by name, before any
-// copy is queued on it, at prepare and at refresh.
+// drives it: prepare, enqueue, a captured enqueue, a refresh and the release
+// of a run's own workspace work on GPU 1 and leave GPU 0 current; a stream
+// of GPU 0 is refused by name, before any copy is queued on it, at prepare
+// and at refresh.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -131,6 +132,16 @@ TEST(RunOnAnotherDevice, RunsOnItsGpuAndLeavesTheCallersCurrent) {
     check(cudaSetDevice(kCallerDevice), "set device");
     run.reset();
     EXPECT_EQ(current_device(), kCallerDevice) << label << " after the run's release";
+
+    // A run with a workspace of its own, allocated on GPU 1, is freed there
+    // when released from GPU 0: no error left behind, GPU 0 still current.
+    auto owning = runtime.prepare(step_device.problem(), {}, own.stream);
+    owning->enqueue(own.stream);
+    check(cudaStreamSynchronize(own.stream), "run with its own workspace");
+    check(cudaGetLastError(), "before the release");
+    owning.reset();
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess) << label << ": freeing the run's own workspace failed";
+    EXPECT_EQ(current_device(), kCallerDevice) << label << " after releasing the run with its own workspace";
   }
   if (!ran) GTEST_SKIP() << "no CUDA backend available on GPU " << kRunDevice;
 }
