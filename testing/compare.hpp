@@ -22,7 +22,7 @@ struct StatsComparison {
   std::int64_t empty_mismatches = 0;  // reference (-inf, 0) rows not reproduced exactly
   std::int64_t non_finite = 0;        // NaN anywhere, or inf where the reference is finite
   double max_m_err = 0.0;             // |m - m_ref| / (1 + |m_ref|)
-  double max_l_rel_err = 0.0;         // |l e^(m - m_ref) - l_ref| / l_ref: l taken at the reference's m
+  double max_l_rel_err = 0.0;         // |l - l_ref'| / l_ref', l_ref' = l_ref at float32(m_ref)
   bool within(double tolerance) const {
     return empty_mismatches == 0 && non_finite == 0 && max_m_err <= tolerance && max_l_rel_err <= tolerance;
   }

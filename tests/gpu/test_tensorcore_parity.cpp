@@ -271,12 +271,14 @@ TEST(TensorcoreJit, AFailedKernelSetUpLeavesNoModuleLoaded) {
   fail_once();  // compiles or loads from the cache, and warms the driver's pools
   std::size_t free_before = 0, free_after = 0, total = 0;
   ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
-  constexpr int kRetries = 64;
+  // 64 leaked modules measured 2 MiB on an H200 (the driver's granule), so
+  // 256 leave several granules where none may go.
+  constexpr int kRetries = 256;
   for (int i = 0; i < kRetries; ++i) fail_once();
   ASSERT_EQ(cudaMemGetInfo(&free_after, &total), cudaSuccess);
   const std::int64_t shrunk = static_cast<std::int64_t>(free_before) - static_cast<std::int64_t>(free_after);
   std::printf("device memory after %d failed set-ups: %lld bytes less\n", kRetries, static_cast<long long>(shrunk));
-  EXPECT_LE(shrunk, 2 << 20) << "each failed set-up left its module loaded";
+  EXPECT_LT(shrunk, 2 << 20) << "each failed set-up left its module loaded";
 
   const CUfunction usable = cuda::tensorcore_jit_function(variant, variant.smem_bytes());
   EXPECT_NE(usable, nullptr);
