@@ -17,6 +17,7 @@
 #include "helixmla/reference.hpp"
 #include "helixmla/planner.hpp"
 #include "helixmla/runtime.hpp"
+#include "support/any_shape_catalog.hpp"
 #include "support/host_checks.hpp"
 #include "synthetic_batch.hpp"
 
@@ -137,14 +138,7 @@ class GenerationsOnlyAligned final : public Backend {
   }
 
  private:
-  class AnyShape final : public KernelCatalog {
-   public:
-    std::vector<KernelVariant> inventory(const Environment&) const override { return {{"host_f64", true}}; }
-    Verdict can_implement(const PhaseShape&, const Environment&, KernelVariant* chosen) const override {
-      if (chosen) *chosen = {"host_f64", true};
-      return Verdict::yes();
-    }
-  } catalog_;
+  testing::AnyShapeCatalog catalog_;
 };
 
 // A layer whose q the second phase's backend refuses: the first phase (the

@@ -12,6 +12,7 @@
 #include "helixmla/error.hpp"
 #include "helixmla/reference.hpp"
 #include "helixmla/runtime.hpp"
+#include "support/any_shape_catalog.hpp"
 #include "support/host_checks.hpp"
 #include "synthetic_batch.hpp"
 
@@ -19,15 +20,6 @@ namespace helixmla {
 namespace {
 
 constexpr std::size_t kBytesPerRequest = 1000;
-
-class AnyShape final : public KernelCatalog {
- public:
-  std::vector<KernelVariant> inventory(const Environment&) const override { return {{"host_f64", true}}; }
-  Verdict can_implement(const PhaseShape&, const Environment&, KernelVariant* chosen) const override {
-    if (chosen) *chosen = {"host_f64", true};
-    return Verdict::yes();
-  }
-};
 
 // The reference on the host, asking kBytesPerRequest of workspace per request
 // of a phase and recording each phase's slice.
@@ -60,7 +52,7 @@ class WorkspaceRecorder final : public Backend {
   mutable int sized = 0;  // workspace_bytes calls
 
  private:
-  AnyShape catalog_;
+  testing::AnyShapeCatalog catalog_;
 };
 
 using testing::expect_matches_naive;
