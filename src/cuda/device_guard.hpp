@@ -5,6 +5,8 @@
 
 #include <cuda_runtime.h>
 
+#include <new>
+
 #include "cuda/cuda_check.hpp"
 
 namespace helixmla::cuda {
@@ -15,15 +17,22 @@ class DeviceGuard {
     HELIXMLA_CUDA_CHECK(cudaGetDevice(&previous_));
     if (previous_ != device) HELIXMLA_CUDA_CHECK(cudaSetDevice(device));
   }
+  // For paths that must not throw (a destructor's cudaFree): a device that
+  // cannot be queried or made current leaves the thread's as it was.
+  DeviceGuard(int device, std::nothrow_t) noexcept {
+    restore_ = cudaGetDevice(&previous_) == cudaSuccess;
+    if (restore_ && previous_ != device) cudaSetDevice(device);
+  }
   ~DeviceGuard() {
     int current = previous_;
-    if (cudaGetDevice(&current) == cudaSuccess && current != previous_) cudaSetDevice(previous_);
+    if (restore_ && cudaGetDevice(&current) == cudaSuccess && current != previous_) cudaSetDevice(previous_);
   }
   DeviceGuard(const DeviceGuard&) = delete;
   DeviceGuard& operator=(const DeviceGuard&) = delete;
 
  private:
   int previous_ = 0;
+  bool restore_ = true;
 };
 
 }  // namespace helixmla::cuda

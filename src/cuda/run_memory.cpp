@@ -2,6 +2,7 @@
 
 #include "cuda/capture_check.hpp"
 #include "cuda/cuda_check.hpp"
+#include "cuda/device_guard.hpp"
 
 namespace helixmla::cuda {
 
@@ -9,13 +10,9 @@ RunMemory::~RunMemory() {
   if (owned_workspace_ == nullptr) return;
   RelaxedCaptureMode relaxed;
   // A run may be released from a thread with another device current, and
-  // cudaFree is specified for memory of the current device only; no
-  // DeviceGuard here, as it throws and this must not.
-  int current = owned_device_;
-  const bool other_device = cudaGetDevice(&current) == cudaSuccess && current != owned_device_;
-  if (other_device) cudaSetDevice(owned_device_);
+  // cudaFree is specified for memory of the current device only.
+  const DeviceGuard on_owner(owned_device_, std::nothrow);
   cudaFree(owned_workspace_);
-  if (other_device) cudaSetDevice(current);
 }
 
 void* RunMemory::workspace(void* given, std::size_t bytes) {
